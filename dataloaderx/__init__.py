@@ -1,0 +1,35 @@
+"""dataloaderx: a drop-in ``DataLoader`` that prefetches batches safely.
+
+Change ``DataLoader(...)`` to ``DataLoaderX(...)``; pick a prefetch backend with
+``backend=``, a config file or the ``DATALOADERX_BACKEND`` environment variable.
+"""
+
+from __future__ import annotations
+
+from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.errors import BackendUnavailableError, ConfigError, UnknownBackendError
+from dataloaderx.iterator import PrefetchIterator
+from dataloaderx.loader import DataLoaderX
+from dataloaderx.registry import (
+    available_backends,
+    get_backend,
+    register_backend,
+    registered_backends,
+)
+
+__all__ = [
+    "Backend",
+    "BackendUnavailableError",
+    "BatchStream",
+    "ConfigError",
+    "DataLoaderX",
+    "PrefetchIterator",
+    "UnknownBackendError",
+    "__version__",
+    "available_backends",
+    "get_backend",
+    "register_backend",
+    "registered_backends",
+]
+
+__version__ = "0.1.0"

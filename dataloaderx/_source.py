@@ -1,0 +1,77 @@
+"""A guarded view of the iterator a backend prefetches from."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["GuardedSource"]
+
+T = TypeVar("T")
+
+#: Seconds between checks while :meth:`GuardedSource.close` waits for a ``next()`` to end.
+POLL_SECONDS = 0.05
+
+
+class GuardedSource(Generic[T]):
+    """Wrap an iterator so that it is never used and released at the same time.
+
+    ``next()`` runs under a lock. :meth:`close` marks the source closed, then takes the
+    lock to run ``release`` (for example PyTorch's ``_shutdown_workers``). If a producer
+    thread is still inside ``next()`` when the wait runs out, ``close`` returns and that
+    thread runs ``release`` itself as it leaves ``next()``; ``release`` runs exactly once.
+    """
+
+    def __init__(self, iterator: Iterator[T], release: Callable[[], None] | None) -> None:
+        self._iterator = iterator
+        self._release = release
+        self._lock = threading.Lock()
+        self._close_requested = False
+        self._released = False
+
+    def __iter__(self) -> GuardedSource[T]:
+        return self
+
+    def __next__(self) -> T:
+        with self._lock:
+            if self._close_requested:
+                self._release_locked()
+                raise StopIteration
+            try:
+                return next(self._iterator)
+            finally:
+                if self._close_requested:
+                    self._release_locked()
+
+    @property
+    def released(self) -> bool:
+        """Whether ``release`` has run."""
+        return self._released
+
+    def close(self, timeout: float | None) -> bool:
+        """Stop handing out items and release the iterator.
+
+        Waits up to ``timeout`` seconds (``None``: as long as it takes, in short
+        interruptible steps) for a ``next()`` in progress. Returns whether the release
+        happened here; if not, the thread inside ``next()`` does it on its way out.
+        """
+        self._close_requested = True
+        waited = 0.0
+        while not self._lock.acquire(timeout=POLL_SECONDS):
+            waited += POLL_SECONDS
+            if timeout is not None and waited >= timeout:
+                return False
+        try:
+            self._release_locked()
+        finally:
+            self._lock.release()
+        return True
+
+    def _release_locked(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        release, self._release = self._release, None
+        if release is not None:
+            release()

@@ -1,0 +1,282 @@
+"""Producer-thread machinery shared by every threaded backend.
+
+The pieces, each used by more than one backend:
+
+* :func:`produce` turns a source iterator into *envelopes*, one per ``next()``: a batch,
+  a per-batch error, a fatal error or the end, each with the warnings it raised. It
+  checks a stop flag before every ``next()``.
+* :class:`Channel` is a bounded single-producer, single-consumer buffer whose waits all
+  time out and re-check a stop flag.
+* :class:`ThreadedStream` is the consumer side: it unpacks envelopes in the consumer's
+  thread and owns the shutdown of the producer thread (``close()``, idempotent).
+* :func:`start_thread_stream` wires the three together on a named daemon thread.
+
+The shutdown protocol is described in ``docs/design.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Generic, TypeVar
+
+from dataloaderx._warning_relay import reemit, start_capture, take_captured
+
+__all__ = [
+    "END",
+    "ERROR",
+    "FATAL",
+    "ITEM",
+    "JOIN_TIMEOUT_SECONDS",
+    "POLL_SECONDS",
+    "Channel",
+    "Envelope",
+    "ThreadedStream",
+    "produce",
+    "start_thread_stream",
+    "thread_name",
+]
+
+T = TypeVar("T")
+
+#: Longest single sleep of any blocking wait before it re-checks its stop flag.
+POLL_SECONDS: Final = 0.05
+#: How long ``close()`` waits for the producer thread to finish the batch it is making.
+JOIN_TIMEOUT_SECONDS: Final = 5.0
+
+ITEM: Final = 0
+ERROR: Final = 1
+FATAL: Final = 2
+END: Final = 3
+
+#: ``(kind, payload, warnings raised while making it)``.
+Envelope = tuple[int, Any, "tuple[warnings.WarningMessage, ...] | None"]
+
+_thread_numbers = itertools.count(1)
+
+
+def thread_name(backend: str) -> str:
+    """Return a unique, recognisable name for a producer thread of ``backend``."""
+    return f"dataloaderx-{backend}-{next(_thread_numbers)}"
+
+
+def produce(
+    source: Iterator[Any],
+    stop: threading.Event,
+    *,
+    prepare: Callable[[Any], Any] | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> Iterator[Envelope]:
+    """Yield one envelope per ``next(source)`` until the end, a fatal error or ``stop``.
+
+    Runs in the producer thread. ``on_start`` runs first (for example to select a
+    device); ``prepare`` transforms each batch (for example a host-to-device copy). An
+    ``Exception`` from either is delivered as a per-batch error and production goes on,
+    as PyTorch's own iterator does; any other ``BaseException`` ends production.
+    """
+    start_capture()
+    if on_start is not None:
+        try:
+            on_start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            yield (FATAL, exc, take_captured())
+            return
+    while not stop.is_set():
+        try:
+            item = next(source)
+        except StopIteration:
+            yield (END, None, take_captured())
+            return
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer
+            yield (ERROR, exc, take_captured())
+            continue
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit
+            yield (FATAL, exc, take_captured())
+            return
+        if prepare is not None:
+            try:
+                item = prepare(item)
+            except Exception as exc:  # noqa: BLE001 - handed to the consumer
+                yield (ERROR, exc, take_captured())
+                continue
+            except BaseException as exc:  # noqa: BLE001
+                yield (FATAL, exc, take_captured())
+                return
+        yield (ITEM, item, take_captured())
+
+
+class Channel:
+    """Bounded buffer between one producer thread and one consumer thread.
+
+    The consumer's fast path is a lock-free ``deque.popleft``; the producer is woken only
+    once the buffer has drained to its low-water mark, not after every item. Every wait
+    lasts at most :data:`POLL_SECONDS` before re-checking its condition, so neither side
+    can sleep through a stop request, and a lost wake-up (which the clear-then-recheck
+    order below rules out) would cost at most one poll interval, never a hang.
+    """
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self._low_water = depth // 2
+        self._items: deque[Envelope] = deque()
+        self._not_empty = threading.Event()
+        self._not_full = threading.Event()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: Envelope, stop: threading.Event) -> bool:
+        """Append ``item`` once there is room; return ``False`` if ``stop`` is set first."""
+        items = self._items
+        while len(items) >= self.depth:
+            self._not_full.clear()
+            if len(items) < self.depth:
+                break
+            if stop.is_set():
+                return False
+            self._not_full.wait(POLL_SECONDS)
+        if stop.is_set():
+            return False
+        items.append(item)
+        if len(items) <= 1:
+            self._not_empty.set()
+        return True
+
+    def get(self, producer_alive: Callable[[], bool]) -> Envelope:
+        """Return the oldest item, waiting for one while the producer is alive."""
+        items = self._items
+        try:
+            item = items.popleft()
+        except IndexError:
+            item = self._wait_for_item(producer_alive)
+        if len(items) <= self._low_water:
+            self._not_full.set()
+        return item
+
+    def _wait_for_item(self, producer_alive: Callable[[], bool]) -> Envelope:
+        items = self._items
+        while True:
+            self._not_empty.clear()
+            try:
+                return items.popleft()
+            except IndexError:
+                pass
+            if not producer_alive():
+                try:
+                    return items.popleft()
+                except IndexError:
+                    raise RuntimeError(
+                        "dataloaderx: the producer thread ended without delivering a batch, "
+                        "an error or the end of the epoch"
+                    ) from None
+            self._not_empty.wait(POLL_SECONDS)
+
+    def clear(self) -> None:
+        """Drop every buffered item and wake a waiting producer."""
+        self._items.clear()
+        self._not_full.set()
+
+
+class ThreadedStream(Generic[T]):
+    """Consumer side of one epoch produced by a background thread.
+
+    ``receive`` returns the next envelope (waiting in short, interruptible steps);
+    ``drain`` empties the transport so a producer blocked on a full buffer can return;
+    ``handout`` runs in the consumer's thread on each batch before it is returned.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread: threading.Thread,
+        stop: threading.Event,
+        receive: Callable[[], Envelope],
+        drain: Callable[[], None],
+        handout: Callable[[Any], T] | None = None,
+    ) -> None:
+        self.thread = thread
+        self._stop = stop
+        self._receive = receive
+        self._drain = drain
+        self._handout = handout
+        self._finished = False
+        self._closed = False
+
+    def __iter__(self) -> ThreadedStream[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._finished:
+            raise StopIteration
+        kind, payload, caught = self._receive()
+        if caught:
+            reemit(caught)
+        if kind == ITEM:
+            return payload if self._handout is None else self._handout(payload)
+        if kind == ERROR:
+            try:
+                raise payload
+            finally:
+                del payload
+        self._finished = True
+        self.close()
+        if kind == FATAL:
+            try:
+                raise payload
+            finally:
+                del payload
+        raise StopIteration
+
+    def close(self) -> None:
+        """Stop the producer and wait (up to :data:`JOIN_TIMEOUT_SECONDS`) for it to end."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finished = True
+        self._stop.set()
+        thread = self.thread
+        if thread is threading.current_thread():
+            return  # garbage collection ran the finaliser inside the producer thread
+        deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
+        while True:
+            self._drain()
+            thread.join(POLL_SECONDS)
+            if not thread.is_alive() or time.monotonic() >= deadline:
+                break
+        self._drain()
+
+
+def _pump(envelopes: Iterator[Envelope], channel: Channel, stop: threading.Event) -> None:
+    for envelope in envelopes:
+        if not channel.put(envelope, stop):
+            return
+
+
+def start_thread_stream(
+    source: Iterator[Any],
+    *,
+    backend: str,
+    depth: int,
+    prepare: Callable[[Any], Any] | None = None,
+    on_start: Callable[[], None] | None = None,
+    handout: Callable[[Any], T] | None = None,
+) -> ThreadedStream[T]:
+    """Start a daemon producer thread feeding a :class:`Channel` of ``depth`` batches."""
+    stop = threading.Event()
+    channel = Channel(depth)
+    envelopes = produce(source, stop, prepare=prepare, on_start=on_start)
+    thread = threading.Thread(
+        target=_pump, args=(envelopes, channel, stop), name=thread_name(backend), daemon=True
+    )
+    thread.start()
+    return ThreadedStream(
+        thread=thread,
+        stop=stop,
+        receive=lambda: channel.get(thread.is_alive),
+        drain=channel.clear,
+        handout=handout,
+    )

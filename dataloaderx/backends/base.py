@@ -1,0 +1,79 @@
+"""The interface every prefetch backend implements."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+__all__ = ["Backend", "BatchStream", "check_positive_int"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@runtime_checkable
+class BatchStream(Protocol[T_co]):
+    """One epoch of batches, as a backend hands them to the training loop.
+
+    ``__next__`` runs in the consumer's thread. ``close()`` stops any work the stream
+    started, must be safe to call twice and from a finaliser, and must return promptly.
+    A generator object satisfies this protocol.
+    """
+
+    def __next__(self) -> T_co: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(abc.ABC):
+    """A prefetch strategy, configured once per loader and opened once per epoch.
+
+    Subclasses take their options as keyword-only ``__init__`` parameters with type hints
+    and defaults; unknown option names are rejected before ``__init__`` runs, and
+    ``__init__`` validates values. Constructing a backend must not start threads or touch
+    a device: that happens in :meth:`open`. Register a subclass with
+    :func:`dataloaderx.register_backend`.
+    """
+
+    #: Canonical registry name, set by :func:`dataloaderx.register_backend`.
+    name: ClassVar[str] = ""
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Return why this backend cannot run on this machine, or ``None`` if it can.
+
+        The text should say what is missing and what to use or install instead.
+        """
+        return None
+
+    @abc.abstractmethod
+    def open(self, source: Iterator[T]) -> BatchStream[T]:
+        """Start prefetching from ``source`` and return the epoch's stream.
+
+        ``source`` is safe to call from any one thread at a time. The caller closes
+        ``source`` after closing the returned stream; the stream need not do it.
+        """
+
+    def describe(self) -> dict[str, Any]:
+        """Return this backend's options, for logs and ``repr``."""
+        return dict(vars(self))
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{key}={value!r}" for key, value in self.describe().items())
+        return f"{type(self).__name__}({options})"
+
+
+def check_positive_int(backend: str, option: str, value: object) -> int:
+    """Return ``value`` if it is an ``int`` >= 1, else raise a message naming the option."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"backend {backend!r} option {option!r} must be an int >= 1, "
+            f"got {value!r} ({type(value).__name__})"
+        )
+    if value < 1:
+        raise ValueError(
+            f"backend {backend!r} option {option!r} must be an int >= 1, got {value!r}; "
+            f"an unbounded queue is not allowed, use {option}=1 or more"
+        )
+    return value

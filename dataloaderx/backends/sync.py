@@ -1,0 +1,32 @@
+"""``sync``: no prefetching; batches are made in the consumer's thread on demand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TypeVar
+
+from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.registry import register_backend
+
+__all__ = ["SyncBackend"]
+
+T = TypeVar("T")
+
+
+class _InlineStream(BatchStream[T]):
+    def __init__(self, source: Iterator[T]) -> None:
+        self._source = source
+
+    def __next__(self) -> T:
+        return next(self._source)
+
+    def close(self) -> None:
+        """Nothing runs in the background, so there is nothing to stop."""
+
+
+@register_backend("sync", aliases=("none",))
+class SyncBackend(Backend):
+    """No prefetch: the plain ``DataLoader`` behaviour, as a baseline."""
+
+    def open(self, source: Iterator[T]) -> BatchStream[T]:
+        return _InlineStream(source)

@@ -1,0 +1,17 @@
+"""Exceptions raised by dataloaderx; every one is also importable from ``dataloaderx``."""
+
+from __future__ import annotations
+
+__all__ = ["BackendUnavailableError", "ConfigError", "UnknownBackendError"]
+
+
+class UnknownBackendError(ValueError):
+    """No backend is registered under the requested name."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """The backend exists but cannot run here (a missing package, device or broken plugin)."""
+
+
+class ConfigError(ValueError):
+    """A loader configuration (mapping or file) is malformed or holds unknown keys."""

@@ -1,0 +1,94 @@
+"""The iterator ``iter(DataLoaderX(...))`` returns."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from dataloaderx._source import GuardedSource
+from dataloaderx.backends._engine import JOIN_TIMEOUT_SECONDS
+from dataloaderx.backends.base import Backend, BatchStream
+
+__all__ = ["PrefetchIterator"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any]) -> None:
+    try:
+        stream.close()
+    finally:
+        source.close(timeout=JOIN_TIMEOUT_SECONDS)
+
+
+class PrefetchIterator(Generic[T_co]):
+    """One epoch of batches from a backend, with the interface of PyTorch's iterator.
+
+    Supports ``next()``, ``len()``, ``close()`` and ``with``. It closes itself when the
+    epoch ends, and when it is garbage collected. Attributes it does not define (for
+    example ``_workers`` or ``_shutdown_workers``) are read from the wrapped iterator;
+    ``_num_yielded`` counts the batches handed out here, as on PyTorch's iterator.
+    """
+
+    def __init__(
+        self,
+        inner: Iterator[T_co],
+        backend: Backend,
+        release: Callable[[], None] | None,
+    ) -> None:
+        self._inner = inner
+        self._num_yielded = 0
+        self._source: GuardedSource[T_co] = GuardedSource(inner, release)
+        self._stream: BatchStream[T_co] = backend.open(self._source)
+        self._finalizer = weakref.finalize(self, _shut_down, self._stream, self._source)
+
+    def __iter__(self) -> PrefetchIterator[T_co]:
+        return self
+
+    def __next__(self) -> T_co:
+        try:
+            batch = next(self._stream)
+        except StopIteration:
+            self.close()
+            raise
+        self._num_yielded += 1
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Stop prefetching and release the source (worker processes included).
+
+        Safe to call more than once.
+        """
+        self._finalizer()
+
+    @property
+    def source(self) -> GuardedSource[T_co]:
+        """The guarded view of the wrapped iterator that the backend reads from."""
+        return self._source
+
+    def __enter__(self) -> PrefetchIterator[T_co]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in (
+            "_inner",
+            "_source",
+            "_stream",
+            "_finalizer",
+            "_num_yielded",
+        ):
+            raise AttributeError(name)
+        return getattr(self._inner, name)

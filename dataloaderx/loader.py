@@ -1,0 +1,134 @@
+"""``DataLoaderX``: a ``DataLoader`` whose iterator prefetches through a backend."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from dataloaderx._source import GuardedSource
+from dataloaderx.backends.base import Backend
+from dataloaderx.iterator import PrefetchIterator
+from dataloaderx.options import BackendSpec, make_backend
+
+__all__ = ["DataLoaderX"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class DataLoaderX(DataLoader[T_co]):
+    """A drop-in ``torch.utils.data.DataLoader`` that prefetches batches.
+
+    Every ``DataLoader`` argument works unchanged. Two keyword-only arguments pick how
+    batches are prefetched:
+
+    Args:
+        backend: a registered backend name such as ``"thread"``, ``"background"`` or
+            ``"sync"``; a mapping with a ``"name"`` key plus options, such as
+            ``{"name": "thread", "depth": 4}``; or ``None`` for the
+            ``DATALOADERX_BACKEND`` environment variable, else ``"thread"``.
+        backend_options: options for the backend, merged over those in a ``backend``
+            mapping.
+
+    Both are validated here, before any thread or worker process starts, and kept as
+    the attributes ``backend`` and ``backend_options`` so that frameworks which rebuild
+    a loader from its attributes keep them.
+    """
+
+    backend: BackendSpec
+    backend_options: Mapping[str, Any] | None
+
+    def __init__(
+        self,
+        dataset: Dataset[T_co],
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Sampler[Any] | Iterable[Any] | None = None,
+        batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        backend: BackendSpec = None,
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._prefetch_backend: Backend = make_backend(backend, backend_options)
+        self.backend = backend
+        self.backend_options = backend_options
+        self._previous_epoch: weakref.ref[PrefetchIterator[T_co]] | None = None
+        self._previous_source: GuardedSource[Any] | None = None
+        super().__init__(
+            dataset,
+            batch_size,
+            shuffle,
+            sampler,
+            batch_sampler,
+            num_workers,
+            collate_fn,
+            pin_memory,
+            drop_last,
+            timeout,
+            worker_init_fn,
+            multiprocessing_context,
+            generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
+
+    @property
+    def prefetch_backend(self) -> Backend:
+        """The configured backend instance (resolved name and validated options)."""
+        return self._prefetch_backend
+
+    @classmethod
+    def from_config(
+        cls, dataset: Dataset[T_co], config: Mapping[str, Any] | str | os.PathLike[str]
+    ) -> DataLoaderX[T_co]:
+        """Build a loader from a mapping or a ``.yaml``/``.yml``, ``.toml`` or ``.json`` file.
+
+        The configuration holds ``DataLoaderX`` keyword arguments (``batch_size``,
+        ``num_workers``, ..., ``backend``, ``backend_options``); a Hydra-style
+        ``_target_`` naming this class is accepted. Unknown keys raise
+        :class:`~dataloaderx.ConfigError` naming each of them.
+        """
+        from dataloaderx.config import loader_kwargs
+
+        return cls(dataset, **loader_kwargs(config, cls))
+
+    def __iter__(self) -> PrefetchIterator[T_co]:  # type: ignore[override]
+        reuses_workers = self.persistent_workers and self.num_workers > 0
+        if reuses_workers:
+            self._let_go_of_shared_iterator()
+        inner = super().__iter__()
+        release = None if reuses_workers else getattr(inner, "_shutdown_workers", None)
+        iterator = PrefetchIterator(inner, self._prefetch_backend, release)
+        if reuses_workers:
+            self._previous_epoch = weakref.ref(iterator)
+            self._previous_source = iterator.source
+        return iterator
+
+    def _let_go_of_shared_iterator(self) -> None:
+        """Stop the previous epoch's producer and wait until it no longer uses the
+        persistent-worker iterator, which ``super().__iter__()`` is about to reset."""
+        previous = None if self._previous_epoch is None else self._previous_epoch()
+        if previous is not None:
+            previous.close()
+        if self._previous_source is not None:
+            self._previous_source.close(timeout=None)
+        self._previous_epoch = None
+        self._previous_source = None

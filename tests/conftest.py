@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from dataloaderx import available_backends
+from tests.helpers import child_pids, wait_until_clean
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device; torch.cuda.is_available() is False")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=available_backends())
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every backend that can run on this machine (a new one is tested automatically)."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fail any test that leaves a thread or a child process running."""
+    threads = set(threading.enumerate())
+    children = child_pids()
+    yield
+    gc.collect()
+    left_threads, left_children = wait_until_clean(threads, children, within=5.0)
+    assert not left_threads, f"threads left running: {left_threads}"
+    assert not left_children, f"child processes left running: {left_children}"

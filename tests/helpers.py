@@ -1,0 +1,231 @@
+"""Datasets and comparison helpers shared by the tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import warnings
+from collections import namedtuple
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+Pair = namedtuple("Pair", ["left", "right"])
+
+
+class RangeDataset(Dataset[torch.Tensor]):
+    """Item ``i`` is ``tensor([i, i*i])``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index, index * index])
+
+
+class StructDataset(Dataset[dict[str, Any]]):
+    """Items mixing tensors, dicts, tuples, namedtuples, strings and numbers."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {
+            "image": torch.full((2, 3), float(index)),
+            "label": index % 3,
+            "weight": index / 10,
+            "name": f"item-{index}",
+            "pair": Pair(torch.tensor(index), f"r{index}"),
+            "nested": (torch.arange(index, index + 2), {"flag": index % 2 == 0}),
+        }
+
+
+class FailingDataset(Dataset[torch.Tensor]):
+    """Raises ``error_type(f"bad index {i}")`` for each index in ``fail_at``."""
+
+    def __init__(
+        self, size: int, fail_at: frozenset[int], error_type: type[BaseException] = ValueError
+    ) -> None:
+        self.size = size
+        self.fail_at = fail_at
+        self.error_type = error_type
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index in self.fail_at:
+            raise self.error_type(f"bad index {index}")
+        return torch.tensor(index)
+
+
+class SlowDataset(Dataset[torch.Tensor]):
+    """Sleeps ``delay`` seconds (releasing the GIL) per item."""
+
+    def __init__(self, size: int, delay: float) -> None:
+        self.size = size
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.delay)
+        return torch.tensor(index)
+
+
+class WarningDataset(Dataset[torch.Tensor]):
+    """Warns ``UserWarning(f"odd item {i}")`` for odd indices."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index % 2:
+            warnings.warn(f"odd item {index}", UserWarning, stacklevel=1)
+        return torch.tensor(index)
+
+
+class ShortLenIterable(IterableDataset[torch.Tensor]):
+    """Yields ``actual`` items but reports ``reported`` as its length."""
+
+    def __init__(self, actual: int, reported: int) -> None:
+        self.actual = actual
+        self.reported = reported
+
+    def __len__(self) -> int:
+        return self.reported
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter(torch.arange(self.actual))
+
+
+class FailingSampler(torch.utils.data.Sampler[int]):
+    """Yields ``0..size-1`` but raises ``LookupError`` at position ``fail_at``."""
+
+    def __init__(self, size: int, fail_at: int) -> None:
+        self.size = size
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        for position in range(self.size):
+            if position == self.fail_at:
+                raise LookupError(f"sampler broke at {position}")
+            yield position
+
+
+def failing_collate(fail_on_first: int) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+    """A collate function raising ``TypeError`` when a batch starts with ``fail_on_first``."""
+
+    def collate(items: list[torch.Tensor]) -> torch.Tensor:
+        if int(items[0]) == fail_on_first:
+            raise TypeError(f"cannot collate batch starting at {fail_on_first}")
+        return torch.stack(items)
+
+    return collate
+
+
+@dataclass
+class Counter:
+    """A thread-safe call counter usable as a collate function (``num_workers=0``)."""
+
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __call__(self, items: list[torch.Tensor]) -> torch.Tensor:
+        with self._lock:
+            self.count += 1
+        return torch.stack(items)
+
+
+def assert_same(actual: Any, expected: Any, path: str = "batch") -> None:
+    """Assert two batches are equal in structure, types, dtypes and values."""
+    assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
+    if isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype, f"{path}: dtype"
+        assert actual.shape == expected.shape, f"{path}: shape"
+        assert torch.equal(actual, expected), f"{path}: values"
+    elif isinstance(expected, dict):
+        assert list(actual) == list(expected), f"{path}: keys"
+        for key in expected:
+            assert_same(actual[key], expected[key], f"{path}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected), f"{path}: length"
+        for index, (left, right) in enumerate(zip(actual, expected, strict=True)):
+            assert_same(left, right, f"{path}[{index}]")
+    else:
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+Event = tuple[str, Any, Any]
+
+
+def run_events(iterator: Iterator[Any], limit: int = 10_000) -> list[Event]:
+    """Call ``next`` until ``StopIteration``, recording batches and errors in order."""
+    events: list[Event] = []
+    for _ in range(limit):
+        try:
+            events.append(("batch", next(iterator), None))
+        except StopIteration:
+            return events
+        except Exception as exc:  # noqa: BLE001 - recorded for comparison
+            events.append(("error", type(exc), str(exc)))
+    raise AssertionError(f"iterator did not end after {limit} calls")
+
+
+def assert_same_events(actual: list[Event], expected: list[Event]) -> None:
+    assert [kind for kind, _, _ in actual] == [kind for kind, _, _ in expected]
+    for index, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        if want[0] == "batch":
+            assert_same(got[1], want[1], f"event[{index}]")
+        else:
+            assert got[1:] == want[1:], f"event[{index}]: {got[1:]} != {want[1:]}"
+
+
+def child_pids() -> set[int]:
+    """Live (non-zombie) child processes of this process."""
+    pids = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                pids.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return pids
+
+
+def extra_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t not in baseline and t.is_alive()]
+
+
+def wait_until_clean(
+    threads: set[threading.Thread], children: set[int], within: float
+) -> tuple[list[threading.Thread], set[int]]:
+    """Poll until no thread or child beyond the baselines is alive; return what is left."""
+    deadline = time.monotonic() + within
+    while True:
+        left_threads = extra_threads(threads)
+        left_children = child_pids() - children
+        if (not left_threads and not left_children) or time.monotonic() >= deadline:
+            return left_threads, left_children
+        gc.collect()
+        time.sleep(0.01)
