@@ -1,0 +1,22 @@
+"""Checked by ``mypy --strict`` in CI (not executed): DataLoaderX is generic like DataLoader."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from typing_extensions import assert_type
+
+from dataloaderx import DataLoaderX, PrefetchIterator
+
+
+def loader_annotations(dataset: Dataset[torch.Tensor]) -> None:
+    loader: DataLoader[torch.Tensor] = DataLoaderX(dataset, batch_size=2, backend="thread")
+    typed = DataLoaderX[torch.Tensor](dataset, backend={"name": "thread", "depth": 4})
+    assert_type(typed, DataLoaderX[torch.Tensor])
+    iterator = iter(typed)
+    assert_type(iterator, PrefetchIterator[torch.Tensor])
+    assert_type(next(iterator), torch.Tensor)
+    with iter(typed) as scoped:
+        for batch in scoped:
+            assert_type(batch, torch.Tensor)
+    assert len(loader) >= 0
