@@ -65,7 +65,8 @@ def test_unknown_keys_are_each_named_with_a_suggestion() -> None:
     assert "'batchsize'; did you mean 'batch_size'?" in message
     assert "'num_worker'; did you mean 'num_workers'?" in message
     assert "'zzz'" in message
-    assert "Valid keys:" in message and "'backend_options'" in message
+    assert "Valid keys:" in message
+    assert "'backend_options'" in message
 
 
 @pytest.mark.parametrize(

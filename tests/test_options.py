@@ -21,7 +21,8 @@ def test_default_is_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     loader = DataLoaderX(RangeDataset(3))
     assert isinstance(loader.prefetch_backend, ThreadBackend)
     assert loader.prefetch_backend.depth == 2
-    assert loader.backend is None and loader.backend_options is None
+    assert loader.backend is None
+    assert loader.backend_options is None
 
 
 def test_environment_variable_picks_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,7 +34,7 @@ def test_environment_variable_picks_the_backend(monkeypatch: pytest.MonkeyPatch)
 
 def test_environment_variable_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_VAR, "thred")
-    with pytest.raises(UnknownBackendError, match="'thred'.*did you mean 'thread'"):
+    with pytest.raises(UnknownBackendError, match=r"'thred'.*did you mean 'thread'"):
         DataLoaderX(RangeDataset(3))
 
 
@@ -71,7 +72,9 @@ def test_bad_backend_arguments_fail_at_construction(
 ) -> None:
     threads = set(threading.enumerate())
     with pytest.raises(error, match=pattern):
-        DataLoaderX(RangeDataset(3), num_workers=2, backend=backend, backend_options=backend_options)
+        DataLoaderX(
+            RangeDataset(3), num_workers=2, backend=backend, backend_options=backend_options
+        )
     assert set(threading.enumerate()) == threads
 
 

@@ -21,8 +21,8 @@ from dataloaderx import (
     get_backend,
     register_backend,
     registered_backends,
+    registry,
 )
-from dataloaderx import registry
 from dataloaderx.backends.background import BackgroundBackend
 from dataloaderx.backends.sync import SyncBackend
 from dataloaderx.backends.thread import ThreadBackend
@@ -91,7 +91,9 @@ def test_unknown_backend_lists_names_and_suggests() -> None:
         get_backend("thraed")
     message = str(info.value)
     assert "'thraed'" in message
-    assert "'sync', " in message and "'thread'" in message and "'background'" in message
+    assert "'sync', " in message
+    assert "'thread'" in message
+    assert "'background'" in message
     assert "did you mean 'thread'?" in message
     assert isinstance(info.value, ValueError)
 
@@ -108,7 +110,7 @@ def test_decorator_registers_and_loader_uses_it(clean_registry: None) -> None:
 def test_duplicate_names_are_rejected(clean_registry: None) -> None:
     with pytest.raises(ValueError, match="'thread' is already registered by"):
         register_backend("thread")(Doubling)
-    with pytest.raises(ValueError, match="'none' is already registered by .*SyncBackend"):
+    with pytest.raises(ValueError, match=r"'none' is already registered by .*SyncBackend"):
         register_backend("fresh", aliases=("none",))(Doubling)
     assert "fresh" not in registered_backends()
 
@@ -120,7 +122,7 @@ def test_bad_names_are_rejected(name: Any) -> None:
 
 
 def test_decorating_a_non_backend_is_rejected(clean_registry: None) -> None:
-    with pytest.raises(TypeError, match="subclass of dataloaderx.Backend, got <class 'int'>"):
+    with pytest.raises(TypeError, match=r"subclass of dataloaderx\.Backend, got <class 'int'>"):
         register_backend("integer")(int)  # type: ignore[type-var]
 
 
@@ -159,7 +161,7 @@ def test_plugin_that_is_not_a_backend_is_reported(
     fake_plugins: list[importlib.metadata.EntryPoint],
 ) -> None:
     fake_plugins.append(_entry_point("notabackend", "tests.helpers:RangeDataset"))
-    with pytest.raises(BackendUnavailableError, match="not a dataloaderx.Backend subclass"):
+    with pytest.raises(BackendUnavailableError, match=r"not a dataloaderx\.Backend subclass"):
         get_backend("notabackend")
 
 
