@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import torch
 
+from dataloaderx.backends.base import check_positive_int
+
 __all__ = [
     "MEMORY_FORMATS",
+    "CopyOptions",
     "DeviceSpec",
     "check_bool",
+    "check_copy_options",
     "check_device",
     "check_memory_format",
     "check_transform",
@@ -133,3 +137,36 @@ def check_device(
             f"{count} {accelerator} device(s) (indices 0 to {count - 1})"
         )
     return value
+
+
+class CopyOptions(NamedTuple):
+    """The validated options of the ``cuda`` and ``auto`` backends."""
+
+    device: DeviceSpec
+    depth: int
+    non_blocking: bool
+    transform: Callable[[Any], Any] | None
+    memory_format: torch.memory_format | None
+
+
+def check_copy_options(
+    backend: str,
+    *,
+    accelerator: str | None,
+    device_count: Callable[[], int],
+    device: object,
+    depth: object,
+    non_blocking: object,
+    transform: object,
+    memory_format: object,
+) -> CopyOptions:
+    """Validate every option of a copying backend; raise on the first bad one."""
+    return CopyOptions(
+        device=check_device(
+            backend, "device", device, accelerator=accelerator, device_count=device_count
+        ),
+        depth=check_positive_int(backend, "depth", depth),
+        non_blocking=check_bool(backend, "non_blocking", non_blocking),
+        transform=check_transform(backend, "transform", transform),
+        memory_format=check_memory_format(backend, "memory_format", memory_format),
+    )

@@ -10,16 +10,9 @@ from typing import Any, TypeVar
 import torch
 
 from dataloaderx._tree import map_tensors
-from dataloaderx.backends._device_options import (
-    DeviceSpec,
-    check_bool,
-    check_device,
-    check_memory_format,
-    check_transform,
-    format_for,
-)
+from dataloaderx.backends._device_options import DeviceSpec, check_copy_options, format_for
 from dataloaderx.backends._engine import start_thread_stream
-from dataloaderx.backends.base import Backend, BatchStream, check_positive_int
+from dataloaderx.backends.base import Backend, BatchStream
 from dataloaderx.backends.cuda import CudaBackend
 from dataloaderx.registry import register_backend
 
@@ -58,21 +51,23 @@ class AutoBackend(Backend):
     ) -> None:
         has_accelerator = CudaBackend.unavailable_reason() is None
         api = CudaBackend.device_api
-        self.device = check_device(
+        self._options = check_copy_options(
             self.name,
-            "device",
-            device,
             accelerator=api.accelerator_type() if has_accelerator else None,
             device_count=api.device_count,
+            device=device,
+            depth=depth,
+            non_blocking=non_blocking,
+            transform=transform,
+            memory_format=memory_format,
         )
-        self.depth = check_positive_int(self.name, "depth", depth)
-        self.non_blocking = check_bool(self.name, "non_blocking", non_blocking)
-        self.transform = check_transform(self.name, "transform", transform)
-        self.memory_format = check_memory_format(self.name, "memory_format", memory_format)
+        (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
+            self._options
+        )
         self.resolved = "cuda" if has_accelerator else "thread"
         self._cuda: CudaBackend | None = None
         if has_accelerator:
-            self._cuda = CudaBackend(**self._options())
+            self._cuda = CudaBackend(**self._options._asdict())
         elif device is not None or not non_blocking:
             warnings.warn(
                 f"backend 'auto' found no accelerator and runs as 'thread': batches stay on "
@@ -81,15 +76,6 @@ class AutoBackend(Backend):
                 UserWarning,
                 stacklevel=2,
             )
-
-    def _options(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "depth": self.depth,
-            "non_blocking": self.non_blocking,
-            "transform": self.transform,
-            "memory_format": self.memory_format,
-        }
 
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         if self._cuda is not None:
@@ -100,4 +86,4 @@ class AutoBackend(Backend):
         return start_thread_stream(source, backend=self.name, depth=self.depth, prepare=prepare)
 
     def describe(self) -> dict[str, Any]:
-        return {**self._options(), "resolved": self.resolved}
+        return {**self._options._asdict(), "resolved": self.resolved}

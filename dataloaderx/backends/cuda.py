@@ -9,16 +9,10 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from dataloaderx.backends._device_api import DeviceAPI, TorchAccelerator
-from dataloaderx.backends._device_options import (
-    DeviceSpec,
-    check_bool,
-    check_device,
-    check_memory_format,
-    check_transform,
-)
+from dataloaderx.backends._device_options import DeviceSpec, check_copy_options
 from dataloaderx.backends._engine import start_thread_stream
 from dataloaderx.backends._stream_copy import StreamCopier
-from dataloaderx.backends.base import Backend, BatchStream, check_positive_int
+from dataloaderx.backends.base import Backend, BatchStream
 from dataloaderx.registry import register_backend
 
 __all__ = ["CudaBackend"]
@@ -49,17 +43,18 @@ class CudaBackend(Backend):
         memory_format: torch.memory_format | str | None = None,
     ) -> None:
         api = type(self).device_api
-        self.device = check_device(
-            self.name,
-            "device",
-            device,
-            accelerator=api.accelerator_type(),
-            device_count=api.device_count,
+        (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
+            check_copy_options(
+                self.name,
+                accelerator=api.accelerator_type(),
+                device_count=api.device_count,
+                device=device,
+                depth=depth,
+                non_blocking=non_blocking,
+                transform=transform,
+                memory_format=memory_format,
+            )
         )
-        self.depth = check_positive_int(self.name, "depth", depth)
-        self.non_blocking = check_bool(self.name, "non_blocking", non_blocking)
-        self.transform = check_transform(self.name, "transform", transform)
-        self.memory_format = check_memory_format(self.name, "memory_format", memory_format)
         self._init_runtime_state()
 
     def _init_runtime_state(self) -> None:
