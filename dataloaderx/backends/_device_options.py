@@ -1,0 +1,172 @@
+"""Validation of the options shared by the ``cuda`` and ``auto`` backends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple
+
+import torch
+
+from dataloaderx.backends.base import check_positive_int
+
+__all__ = [
+    "MEMORY_FORMATS",
+    "CopyOptions",
+    "DeviceSpec",
+    "check_bool",
+    "check_copy_options",
+    "check_device",
+    "check_memory_format",
+    "check_transform",
+    "format_for",
+]
+
+#: What the ``device`` option accepts: ``None`` (the current device), a device string,
+#: a ``torch.device`` or a device index.
+DeviceSpec = str | torch.device | int | None
+
+#: ``memory_format`` values by name (config files give names), and the tensor rank each
+#: one applies to (``None``: every tensor).
+MEMORY_FORMATS: Final[dict[str, tuple[torch.memory_format, int | None]]] = {
+    "channels_last": (torch.channels_last, 4),
+    "channels_last_3d": (torch.channels_last_3d, 5),
+    "contiguous_format": (torch.contiguous_format, None),
+    "preserve_format": (torch.preserve_format, None),
+}
+_RANKS: Final = dict(MEMORY_FORMATS.values())
+
+
+def check_bool(backend: str, option: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool``, else raise a message naming the option."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"backend {backend!r} option {option!r} must be True or False, "
+            f"got {value!r} ({type(value).__name__})"
+        )
+    return value
+
+
+def check_transform(backend: str, option: str, value: object) -> Callable[[Any], Any] | None:
+    """Return ``value`` if it is callable or ``None``, else raise."""
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"backend {backend!r} option {option!r} must be a callable taking and returning "
+            f"a batch, or None; got {value!r} ({type(value).__name__})"
+        )
+    return value
+
+
+def check_memory_format(backend: str, option: str, value: object) -> torch.memory_format | None:
+    """Return the ``torch.memory_format`` that ``value`` (a format or its name) stands for."""
+    if value is None or isinstance(value, torch.memory_format):
+        return value
+    if isinstance(value, str):
+        name = value.removeprefix("torch.")
+        if name in MEMORY_FORMATS:
+            return MEMORY_FORMATS[name][0]
+    choices = ", ".join(f"torch.{name}" for name in MEMORY_FORMATS)
+    raise ValueError(
+        f"backend {backend!r} option {option!r} must be None or one of {choices} "
+        f"(or its name as a string), got {value!r}"
+    )
+
+
+def format_for(
+    tensor: torch.Tensor, memory_format: torch.memory_format | None
+) -> torch.memory_format:
+    """The layout to give ``tensor``: ``memory_format`` if it applies to its rank."""
+    if memory_format is None:
+        return torch.preserve_format
+    rank = _RANKS[memory_format]
+    return memory_format if rank is None or tensor.dim() == rank else torch.preserve_format
+
+
+def check_device(
+    backend: str,
+    option: str,
+    value: object,
+    *,
+    accelerator: str | None,
+    device_count: Callable[[], int],
+) -> DeviceSpec:
+    """Return ``value`` if it names an accelerator device, else raise.
+
+    The type and index are checked against the machine's ``accelerator`` when there is
+    one; without one only the form is checked (and ``"cpu"`` is still refused).
+    """
+    if value is None:
+        return None
+    example = "'cuda', 'cuda:1', torch.device('cuda', 1) or 1"
+    if isinstance(value, bool) or not isinstance(value, (str, torch.device, int)):
+        raise TypeError(
+            f"backend {backend!r} option {option!r} must be a device such as {example}, "
+            f"or None for the current device; got {value!r} ({type(value).__name__})"
+        )
+    if isinstance(value, int):
+        index: int | None = value
+        kind = accelerator
+    else:
+        try:
+            parsed = torch.device(value)
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(
+                f"backend {backend!r} option {option!r} got {value!r}, which is not a device "
+                f"name ({exc}); use a device such as {example}"
+            ) from None
+        index, kind = parsed.index, parsed.type
+    if index is not None and index < 0:
+        raise ValueError(
+            f"backend {backend!r} option {option!r} must be a device index >= 0, got {value!r}"
+        )
+    if kind in ("cpu", "meta"):
+        raise ValueError(
+            f"backend {backend!r} option {option!r} must be an accelerator device such as "
+            f"{example}, got {value!r}; use backend='thread' to keep batches on the CPU"
+        )
+    if accelerator is None:
+        return value
+    if kind != accelerator:
+        raise ValueError(
+            f"backend {backend!r} option {option!r} is {value!r}, but this machine's "
+            f"accelerator is {accelerator!r}; use a {accelerator!r} device"
+        )
+    count = device_count()
+    if index is not None and index >= count:
+        raise ValueError(
+            f"backend {backend!r} option {option!r} is {value!r}, but this machine has "
+            f"{count} {accelerator} device(s) (indices 0 to {count - 1})"
+        )
+    return value
+
+
+class CopyOptions(NamedTuple):
+    """The validated options of the ``cuda`` and ``auto`` backends."""
+
+    device: DeviceSpec
+    depth: int
+    non_blocking: bool
+    transform: Callable[[Any], Any] | None
+    memory_format: torch.memory_format | None
+
+
+def check_copy_options(
+    backend: str,
+    *,
+    accelerator: str | None,
+    device_count: Callable[[], int],
+    device: object,
+    depth: object,
+    non_blocking: object,
+    transform: object,
+    memory_format: object,
+) -> CopyOptions:
+    """Validate every option of a copying backend; raise on the first bad one."""
+    return CopyOptions(
+        device=check_device(
+            backend, "device", device, accelerator=accelerator, device_count=device_count
+        ),
+        depth=check_positive_int(backend, "depth", depth),
+        non_blocking=check_bool(backend, "non_blocking", non_blocking),
+        transform=check_transform(backend, "transform", transform),
+        memory_format=check_memory_format(backend, "memory_format", memory_format),
+    )

@@ -1,0 +1,89 @@
+"""``auto``: the ``cuda`` backend where an accelerator is present, else ``thread``."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
+
+import torch
+
+from dataloaderx._tree import map_tensors
+from dataloaderx.backends._device_options import DeviceSpec, check_copy_options, format_for
+from dataloaderx.backends._engine import start_thread_stream
+from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.backends.cuda import CudaBackend
+from dataloaderx.registry import register_backend
+
+__all__ = ["AutoBackend"]
+
+T = TypeVar("T")
+
+
+def _on_host(
+    transform: Callable[[Any], Any] | None, memory_format: torch.memory_format | None, batch: Any
+) -> Any:
+    """Apply ``memory_format`` and ``transform`` to a batch that stays on the CPU."""
+    if memory_format is not None:
+        batch = map_tensors(lambda t: t.to(memory_format=format_for(t, memory_format)), batch)
+    return batch if transform is None else transform(batch)
+
+
+@register_backend("auto")
+class AutoBackend(Backend):
+    """``cuda`` when an accelerator is present, else ``thread``: one config for both.
+
+    Takes the ``cuda`` options and validates all of them on every machine. Without an
+    accelerator, batches stay on the CPU: ``depth``, ``transform`` and ``memory_format``
+    still apply (in the producer thread), while ``device`` and ``non_blocking`` have no
+    effect, and setting them to anything but their defaults warns once, at construction.
+    """
+
+    def __init__(
+        self,
+        *,
+        device: DeviceSpec = None,
+        depth: int = 2,
+        non_blocking: bool = True,
+        transform: Callable[[Any], Any] | None = None,
+        memory_format: torch.memory_format | str | None = None,
+    ) -> None:
+        has_accelerator = CudaBackend.unavailable_reason() is None
+        api = CudaBackend.device_api
+        self._options = check_copy_options(
+            self.name,
+            accelerator=api.accelerator_type() if has_accelerator else None,
+            device_count=api.device_count,
+            device=device,
+            depth=depth,
+            non_blocking=non_blocking,
+            transform=transform,
+            memory_format=memory_format,
+        )
+        (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
+            self._options
+        )
+        self.resolved = "cuda" if has_accelerator else "thread"
+        self._cuda: CudaBackend | None = None
+        if has_accelerator:
+            self._cuda = CudaBackend(**self._options._asdict())
+        elif device is not None or not non_blocking:
+            warnings.warn(
+                f"backend 'auto' found no accelerator and runs as 'thread': batches stay on "
+                f"the CPU, so device={device!r} and non_blocking={non_blocking!r} have no "
+                "effect (depth, transform and memory_format still apply)",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def open(self, source: Iterator[T]) -> BatchStream[T]:
+        if self._cuda is not None:
+            return self._cuda.open(source)
+        prepare = None
+        if self.transform is not None or self.memory_format is not None:
+            prepare = partial(_on_host, self.transform, self.memory_format)
+        return start_thread_stream(source, backend=self.name, depth=self.depth, prepare=prepare)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._options._asdict(), "resolved": self.resolved}

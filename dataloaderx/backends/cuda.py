@@ -1,0 +1,120 @@
+"""``cuda``: copy batches to the accelerator on a side stream while the model computes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from dataloaderx.backends._device_api import DeviceAPI, TorchAccelerator
+from dataloaderx.backends._device_options import DeviceSpec, check_copy_options
+from dataloaderx.backends._engine import start_thread_stream
+from dataloaderx.backends._stream_copy import StreamCopier
+from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.registry import register_backend
+
+__all__ = ["CudaBackend"]
+
+T = TypeVar("T")
+
+
+@register_backend("cuda", aliases=("cuda_stream",))
+class CudaBackend(Backend):
+    """Pin and copy batches to the device on a side stream, ``depth`` batches ahead.
+
+    Options: ``device`` (default: the current accelerator device when the epoch starts),
+    ``depth``, ``non_blocking``, ``transform`` (called with the device batch, on the
+    side stream) and ``memory_format`` (for example ``torch.channels_last``, applied to
+    tensors of the matching rank during the copy). See ``docs/cuda.md``.
+    """
+
+    #: The accelerator operations the backend uses; tests substitute a recording fake.
+    device_api: ClassVar[DeviceAPI] = TorchAccelerator()
+
+    def __init__(
+        self,
+        *,
+        device: DeviceSpec = None,
+        depth: int = 2,
+        non_blocking: bool = True,
+        transform: Callable[[Any], Any] | None = None,
+        memory_format: torch.memory_format | str | None = None,
+    ) -> None:
+        api = type(self).device_api
+        (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
+            check_copy_options(
+                self.name,
+                accelerator=api.accelerator_type(),
+                device_count=api.device_count,
+                device=device,
+                depth=depth,
+                non_blocking=non_blocking,
+                transform=transform,
+                memory_format=memory_format,
+            )
+        )
+        self._init_runtime_state()
+
+    def _init_runtime_state(self) -> None:
+        self._api = type(self).device_api
+        self._streams: dict[torch.device, Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if cls.device_api.accelerator_type() is None:
+            return (
+                "backend 'cuda' needs a CUDA device; torch.cuda.is_available() is False; "
+                "use backend='thread' or backend='auto'"
+            )
+        return None
+
+    def target_device(self) -> torch.device:
+        """The device batches go to, resolved in the calling thread."""
+        api = self._api
+        kind = api.accelerator_type() or "cuda"
+        spec = self.device
+        if isinstance(spec, int):
+            return torch.device(kind, spec)
+        parsed = torch.device(kind) if spec is None else torch.device(spec)
+        if parsed.index is None:
+            return torch.device(parsed.type, api.current_device_index())
+        return parsed
+
+    def side_stream(self, device: torch.device) -> Any:
+        """The loader's copy stream on ``device``, created on first use and then reused."""
+        with self._lock:
+            stream = self._streams.get(device)
+            if stream is None:
+                stream = self._streams[device] = self._api.new_stream(device)
+            return stream
+
+    def open(self, source: Iterator[T]) -> BatchStream[T]:
+        copier = StreamCopier(
+            self._api,
+            self.target_device(),
+            self.side_stream,
+            non_blocking=self.non_blocking,
+            transform=self.transform,
+            memory_format=self.memory_format,
+        )
+        return start_thread_stream(
+            source,
+            backend=self.name,
+            depth=self.depth,
+            on_start=copier.start,
+            prepare=copier.prepare,
+            handout=copier.handout,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {key: value for key, value in vars(self).items() if not key.startswith("_")}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.describe()  # streams and locks belong to this process
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime_state()

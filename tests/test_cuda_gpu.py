@@ -1,0 +1,149 @@
+"""The ``cuda`` backend on a real GPU (marker ``cuda``; skipped without one)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from dataloaderx import DataLoaderX
+from tests.helpers import RangeDataset
+
+pytestmark = [pytest.mark.cuda, pytest.mark.timeout(300)]
+
+
+class ShiftedDataset(Dataset[torch.Tensor]):
+    """Item ``i`` (a whole batch) is ``arange(numel) % 1000 + i`` as int32.
+
+    Its sum, ``base_sum + numel * i``, differs for every item, so a batch read before
+    its copy ended, or after its memory was reused or overwritten, fails the checksum.
+    """
+
+    def __init__(self, size: int, numel: int) -> None:
+        self.size = size
+        self.numel = numel
+        self.base = torch.arange(numel, dtype=torch.int32) % 1000
+        self.base_sum = int(self.base.sum(dtype=torch.int64))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.base + index
+
+    def checksum(self, index: int) -> int:
+        return self.base_sum + self.numel * index
+
+
+def sleep_cycles_per_ms() -> float:
+    """GPU clock cycles per millisecond of ``torch.cuda._sleep``, measured."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    end.synchronize()
+    return 20_000_000 / start.elapsed_time(end)
+
+
+def test_no_race_between_copies_and_the_consumer_over_2000_batches() -> None:
+    """Alternates two phases of 50 batches, each aimed at one kind of missing safety.
+
+    * idle consumer stream (synchronised every step): each batch is read as soon as it
+      is handed out, while its copy may still run; a missing wait reads a partial copy.
+    * busy consumer stream (a 10 ms kernel first, so the stream falls far behind): each
+      batch is read, then zeroed, long after Python dropped it; without allocator
+      safety its memory is reused by later copies before those kernels run.
+    """
+    dataset = ShiftedDataset(2_000, 4_000_000)  # 16 MB batches
+    loader = DataLoaderX(dataset, batch_size=None, backend="cuda", backend_options={"depth": 3})
+    cycles = int(sleep_cycles_per_ms() * 10)
+    stream = torch.cuda.current_stream()
+    sums = []
+    for index, batch in enumerate(loader):
+        if (index // 50) % 2 == 0:
+            sums.append(batch.sum(dtype=torch.int64))
+            stream.synchronize()
+        else:
+            torch.cuda._sleep(cycles)
+            sums.append(batch.sum(dtype=torch.int64))
+            batch.zero_()
+        del batch
+    got = torch.stack(sums).cpu().tolist()
+    expected = [dataset.checksum(index) for index in range(len(dataset))]
+    wrong = [index for index, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b]
+    assert wrong == [], f"{len(wrong)} corrupted batches, first at {wrong[:5]}"
+
+
+def test_reserved_memory_is_flat_after_the_second_epoch() -> None:
+    dataset = ShiftedDataset(40, 4_000_000)
+    batch_bytes = dataset.numel * 4
+    loader = DataLoaderX(dataset, batch_size=None, backend="cuda")
+    stream = torch.cuda.current_stream()
+    reserved = []
+    for epoch in range(6):
+        for index, batch in enumerate(loader):
+            assert int(batch.sum(dtype=torch.int64)) == dataset.checksum(index)
+            stream.synchronize()
+            if epoch % 2 and index == 5:
+                break  # early exits must not leak streams or memory either
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved())
+    growth = [value - reserved[1] for value in reserved[1:]]
+    assert max(growth) <= batch_bytes, f"reserved bytes per epoch: {reserved}"
+    assert len(loader.prefetch_backend._streams) == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs"
+)
+@pytest.mark.parametrize("device", ["cuda:1", 1, torch.device("cuda", 1)])
+def test_non_default_device(device: object) -> None:
+    torch.cuda.set_device(0)
+    allocated_on_0 = torch.cuda.memory_allocated(0)
+    loader = DataLoaderX(
+        RangeDataset(40), batch_size=4, backend="cuda", backend_options={"device": device}
+    )
+    batches = list(loader)
+    assert {batch.device for batch in batches} == {torch.device("cuda", 1)}
+    expected = torch.cat(list(DataLoader(RangeDataset(40), batch_size=4)))
+    assert torch.equal(torch.cat([batch.cpu() for batch in batches]), expected)
+    assert torch.cuda.current_device() == 0
+    assert torch.cuda.memory_allocated(0) == allocated_on_0
+    streams = loader.prefetch_backend._streams  # type: ignore[attr-defined]
+    assert list(streams) == [torch.device("cuda", 1)]
+
+
+class ImageDataset(Dataset[torch.Tensor]):
+    """Item ``i`` is a 3x8x8 uint8 image filled with ``i``."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((3, 8, 8), index, dtype=torch.uint8)
+
+
+def test_transform_runs_on_the_side_stream_and_user_stream_waits() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def transform(batch: torch.Tensor) -> torch.Tensor:
+        stream = torch.cuda.current_stream()
+        seen.append((stream.stream_id, stream.device_index))
+        return batch.float() / 255
+
+    options = {"transform": transform, "memory_format": torch.channels_last}
+    loader = DataLoaderX(ImageDataset(), batch_size=4, backend="cuda", backend_options=options)
+    user = torch.cuda.Stream()
+    with torch.cuda.stream(user):
+        batches = [batch * 255 for batch in loader]  # computed on the user's stream
+        results = [batch.round().to(torch.uint8).cpu() for batch in batches]
+    device = torch.device("cuda", torch.cuda.current_device())
+    side = loader.prefetch_backend.side_stream(device)  # type: ignore[attr-defined]
+    assert set(seen) == {(side.stream_id, side.device_index)}
+    assert (user.stream_id, user.device_index) not in seen
+    assert (torch.cuda.default_stream().stream_id, device.index) not in seen
+    expected = list(DataLoader(ImageDataset(), batch_size=4))
+    for result, want, batch in zip(results, expected, batches, strict=True):
+        assert torch.equal(result, want)
+        assert batch.is_contiguous(memory_format=torch.channels_last)
