@@ -56,8 +56,8 @@ class Backend(abc.ABC):
         """
 
     def describe(self) -> dict[str, Any]:
-        """Return this backend's options, for logs and ``repr``."""
-        return dict(vars(self))
+        """Return this backend's options (its public attributes), for logs and ``repr``."""
+        return {key: value for key, value in vars(self).items() if not key.startswith("_")}
 
     def __repr__(self) -> str:
         options = ", ".join(f"{key}={value!r}" for key, value in self.describe().items())

@@ -109,9 +109,6 @@ class CudaBackend(Backend):
             handout=copier.handout,
         )
 
-    def describe(self) -> dict[str, Any]:
-        return {key: value for key, value in vars(self).items() if not key.startswith("_")}
-
     def __getstate__(self) -> dict[str, Any]:
         return self.describe()  # streams and locks belong to this process
 
