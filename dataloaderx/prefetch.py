@@ -37,8 +37,50 @@ def _release_for(iterable: Iterable[Any], inner: Iterator[Any]) -> Callable[[], 
     return close if callable(close) else None
 
 
+def _view_with_prefetched_base(iterable: Iterable[Any], backend: Backend) -> Any:
+    """For a loader that wraps a ``base_dataloader`` and updates shared per-batch state as
+    it yields (accelerate's ``gradient_state``: end of loader, remainder, accumulation),
+    return a copy of it whose base loader is prefetched instead; else ``None``.
+
+    Prefetching such a loader from the outside would update that state when the
+    producer reads a batch, up to ``depth`` batches early. The copy runs its own
+    iterator in the training loop's thread, so the state changes with the batches the
+    loop sees; the original loader is not modified.
+    """
+    attributes = getattr(iterable, "__dict__", None)
+    if not attributes or "gradient_state" not in attributes:
+        return None
+    base = attributes.get("base_dataloader")
+    if not isinstance(base, Iterable):
+        return None
+    view = object.__new__(type(iterable))
+    vars(view).update(attributes)
+    vars(view)["base_dataloader"] = _wrap(base, backend)
+    return view
+
+
+def _both(first: Callable[[], None] | None, then: Callable[[], None]) -> Callable[[], None]:
+    def release() -> None:
+        try:
+            if first is not None:
+                first()
+        finally:
+            then()
+
+    return release
+
+
 _OWN_ATTRIBUTES: Final = frozenset(
-    {"_iterable", "_backend", "_one_shot", "_epochs_started", "_current"}
+    {
+        "_iterable",
+        "_backend",
+        "_one_shot",
+        "_epochs_started",
+        "_current",
+        "_read",
+        "_runner",
+        "_base",
+    }
 )
 
 
@@ -60,6 +102,12 @@ class Prefetched(ClosesOnExit, Generic[T]):
         self._one_shot = isinstance(iterable, Iterator)
         self._epochs_started = 0
         self._current: weakref.ref[PrefetchIterator[T]] | None = None
+        view = _view_with_prefetched_base(iterable, backend)
+        #: What each epoch iterates, the backend it runs through, and the prefetched
+        #: base loader inside it, if any.
+        self._read: Iterable[T] = iterable if view is None else view
+        self._runner = backend if view is None else make_backend("sync", None)
+        self._base: Prefetched[Any] | None = None if view is None else view.base_dataloader
 
     @property
     def iterable(self) -> Iterable[T]:
@@ -79,8 +127,11 @@ class Prefetched(ClosesOnExit, Generic[T]):
                 "DataLoader, or call prefetch() again with a new iterator for each epoch"
             )
         self._finish_epoch(wait=True)
-        inner = iter(self._iterable)
-        iterator = PrefetchIterator(inner, self._backend, _release_for(self._iterable, inner))
+        inner = iter(self._read)
+        release = _release_for(self._read, inner)
+        if self._base is not None:
+            release = _both(release, self._base.close)
+        iterator = PrefetchIterator(inner, self._runner, release)
         self._epochs_started += 1
         self._current = weakref.ref(iterator)
         return iterator
@@ -105,14 +156,14 @@ class Prefetched(ClosesOnExit, Generic[T]):
         return f"{type(self).__name__}({self._iterable!r}, backend={self._backend!r})"
 
     def __getattr__(self, name: str) -> Any:
-        return delegate(self._iterable, name, _OWN_ATTRIBUTES)
+        return delegate(self._read, name, _OWN_ATTRIBUTES)
 
 
 class SizedPrefetched(Prefetched[T]):
     """A :class:`Prefetched` over a source with ``len()``; its ``len()`` is the source's."""
 
     def __len__(self) -> int:
-        return len(self._iterable)  # type: ignore[arg-type]
+        return len(self._read)  # type: ignore[arg-type]
 
 
 @overload
@@ -163,7 +214,10 @@ def prefetch(
             "prefetch() needs an iterable of batches (a loader, a generator, ...), "
             f"got {iterable!r} ({type(iterable).__name__})"
         )
-    configured = make_backend(backend, backend_options)
+    return _wrap(iterable, make_backend(backend, backend_options))
+
+
+def _wrap(iterable: Iterable[T], backend: Backend) -> Prefetched[T]:
     if isinstance(iterable, Sized):
-        return SizedPrefetched(iterable, configured)
-    return Prefetched(iterable, configured)
+        return SizedPrefetched(iterable, backend)
+    return Prefetched(iterable, backend)

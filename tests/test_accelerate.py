@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX, SizedPrefetched, prefetch
@@ -35,7 +38,7 @@ def test_prepared_loader_prefetches_every_epoch(
     assert len(batches) == len(prepared) == 4
     for epoch in range(2):
         assert_same_events(run_events(iter(batches)), expected)
-        assert prepared.iteration == epoch + 1
+        assert batches.iteration == epoch + 1
 
 
 def test_prepare_then_prefetch_keeps_a_dataloaderx_configuration(
@@ -72,4 +75,48 @@ def test_set_epoch_reaches_the_prepared_loader(accelerator: accelerate.Accelerat
     prepared = accelerator.prepare(DataLoader(RangeDataset(4), batch_size=2))
     batches = prefetch(prepared, backend="thread")
     batches.set_epoch(3)
-    assert prepared.iteration == 3
+    assert batches.iteration == 3
+    assert prepared.iteration == 0
+
+
+def loop_state(batches: Iterable[torch.Tensor], gradient_state: Any) -> list[tuple[Any, ...]]:
+    """What a training loop sees of accelerate's per-batch state at each step."""
+    seen: list[tuple[Any, ...]] = []
+    for batch in batches:
+        time.sleep(0.01)  # let a producer run ahead, as a training step would
+        seen.append(
+            (int(batch[0, 0]), gradient_state.end_of_dataloader, gradient_state.in_dataloader)
+        )
+    seen.append(("after", gradient_state.end_of_dataloader, gradient_state.in_dataloader))
+    return seen
+
+
+def test_gradient_state_follows_the_batches_the_loop_sees(
+    accelerator: accelerate.Accelerator, backend: str
+) -> None:
+    prepared = accelerator.prepare(DataLoader(RangeDataset(12), batch_size=2))
+    expected = loop_state(prepared, accelerator.gradient_state)
+    assert [end for _, end, _ in expected] == [False] * 5 + [True, False]
+    batches = prefetch(prepared, backend=backend, backend_options=None)
+    for _ in range(2):
+        assert loop_state(batches, accelerator.gradient_state) == expected
+
+
+def test_accumulation_syncs_on_the_same_steps(
+    accelerator: accelerate.Accelerator, backend: str
+) -> None:
+    accelerator.gradient_accumulation_steps = 4
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+
+    def sync_steps(batches: Iterable[torch.Tensor]) -> list[bool]:
+        syncs = []
+        for _ in batches:
+            time.sleep(0.01)
+            with accelerator.accumulate(model):
+                syncs.append(accelerator.sync_gradients)
+        return syncs
+
+    prepared = accelerator.prepare(DataLoader(RangeDataset(14), batch_size=2))
+    expected = sync_steps(prepared)
+    assert expected == [False, False, False, True, False, False, True]
+    assert sync_steps(prefetch(prepared, backend=backend)) == expected
