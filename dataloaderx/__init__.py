@@ -10,7 +10,7 @@ from dataloaderx.backends.base import Backend, BatchStream
 from dataloaderx.errors import BackendUnavailableError, ConfigError, UnknownBackendError
 from dataloaderx.iterator import PrefetchIterator
 from dataloaderx.loader import DataLoaderX
-from dataloaderx.prefetch import Prefetched, SizedPrefetched, prefetch
+from dataloaderx.prefetching import Prefetched, SizedPrefetched, prefetch
 from dataloaderx.registry import (
     available_backends,
     get_backend,

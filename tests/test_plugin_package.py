@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,15 +20,21 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Both example plugins installed into a directory of their own."""
+    """Both example plugins installed into a directory of their own.
+
+    They are built from copies, so the build leaves nothing in the source tree.
+    """
     target = tmp_path_factory.mktemp("plugins")
+    sources = tmp_path_factory.mktemp("plugin-sources")
+    for name in ("plugin", "broken_plugin"):
+        shutil.copytree(EXAMPLES / name, sources / name)
     subprocess.run(
         [
             sys.executable,
             *("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"),
             *("--target", str(target)),
-            str(EXAMPLES / "plugin"),
-            str(EXAMPLES / "broken_plugin"),
+            str(sources / "plugin"),
+            str(sources / "broken_plugin"),
         ],
         check=True,
         capture_output=True,

@@ -1,4 +1,4 @@
-"""``dataloaderx.prefetch``: any backend over any iterable of batches."""
+"""``dataloaderx.prefetch()``: any backend over any iterable of batches."""
 
 from __future__ import annotations
 
