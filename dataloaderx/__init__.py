@@ -10,6 +10,7 @@ from dataloaderx.backends.base import Backend, BatchStream
 from dataloaderx.errors import BackendUnavailableError, ConfigError, UnknownBackendError
 from dataloaderx.iterator import PrefetchIterator
 from dataloaderx.loader import DataLoaderX
+from dataloaderx.prefetching import Prefetched, SizedPrefetched, prefetch
 from dataloaderx.registry import (
     available_backends,
     get_backend,
@@ -24,10 +25,13 @@ __all__ = [
     "ConfigError",
     "DataLoaderX",
     "PrefetchIterator",
+    "Prefetched",
+    "SizedPrefetched",
     "UnknownBackendError",
     "__version__",
     "available_backends",
     "get_backend",
+    "prefetch",
     "register_backend",
     "registered_backends",
 ]

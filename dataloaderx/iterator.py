@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
-from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from dataloaderx._source import GuardedSource
+from dataloaderx._wrapper import ClosesOnExit, delegate
 from dataloaderx.backends._engine import JOIN_TIMEOUT_SECONDS
 from dataloaderx.backends.base import Backend, BatchStream
 
@@ -23,7 +23,10 @@ def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any]) -> None:
         source.close(timeout=JOIN_TIMEOUT_SECONDS)
 
 
-class PrefetchIterator(Generic[T_co]):
+_OWN_ATTRIBUTES: Final = frozenset({"_inner", "_source", "_stream", "_finalizer", "_num_yielded"})
+
+
+class PrefetchIterator(ClosesOnExit, Generic[T_co]):
     """One epoch of batches from a backend, with the interface of PyTorch's iterator.
 
     Supports ``next()``, ``len()``, ``close()`` and ``with``. It closes itself when the
@@ -71,24 +74,5 @@ class PrefetchIterator(Generic[T_co]):
         """The guarded view of the wrapped iterator that the backend reads from."""
         return self._source
 
-    def __enter__(self) -> PrefetchIterator[T_co]:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in (
-            "_inner",
-            "_source",
-            "_stream",
-            "_finalizer",
-            "_num_yielded",
-        ):
-            raise AttributeError(name)
-        return getattr(self._inner, name)
+        return delegate(self._inner, name, _OWN_ATTRIBUTES)

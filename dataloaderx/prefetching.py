@@ -1,0 +1,223 @@
+"""``prefetch()``: apply a backend to any iterable of batches.
+
+Use it where a framework replaces the loader class, for example after
+``accelerate.Accelerator.prepare``: prepare first, then prefetch.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from typing import Any, Final, Generic, TypeVar, overload
+
+from torch.utils.data import DataLoader
+
+from dataloaderx._wrapper import ClosesOnExit, delegate
+from dataloaderx.backends.base import Backend
+from dataloaderx.iterator import PrefetchIterator
+from dataloaderx.options import BackendSpec, make_backend
+
+__all__ = ["Prefetched", "SizedPrefetched", "prefetch"]
+
+T = TypeVar("T")
+
+
+def _release_for(iterable: Iterable[Any], inner: Iterator[Any]) -> Callable[[], None] | None:
+    """Return what frees the resources of one epoch's ``inner`` iterator, if anything.
+
+    PyTorch's loader iterator shuts its worker processes down, unless the loader keeps
+    them for the next epoch; anything else with a ``close()`` (a generator, as
+    accelerate's loaders return) is closed, which runs its ``finally`` blocks.
+    """
+    shutdown = getattr(inner, "_shutdown_workers", None)
+    if isinstance(iterable, DataLoader) and callable(shutdown):
+        keeps_workers = iterable.persistent_workers and iterable.num_workers > 0
+        return None if keeps_workers else shutdown
+    close = getattr(inner, "close", None)
+    return close if callable(close) else None
+
+
+def _view_with_prefetched_base(iterable: Iterable[Any], backend: Backend) -> Any:
+    """For a loader that wraps a ``base_dataloader`` and updates shared per-batch state as
+    it yields (accelerate's ``gradient_state``: end of loader, remainder, accumulation),
+    return a copy of it whose base loader is prefetched instead; else ``None``.
+
+    Prefetching such a loader from the outside would update that state when the
+    producer reads a batch, up to ``depth`` batches early. The copy runs its own
+    iterator in the training loop's thread, so the state changes with the batches the
+    loop sees; the original loader is not modified.
+    """
+    attributes = getattr(iterable, "__dict__", None)
+    if not attributes or "gradient_state" not in attributes:
+        return None
+    base = attributes.get("base_dataloader")
+    if not isinstance(base, Iterable):
+        return None
+    view = object.__new__(type(iterable))
+    vars(view).update(attributes)
+    vars(view)["base_dataloader"] = _wrap(base, backend)
+    return view
+
+
+def _both(first: Callable[[], None] | None, then: Callable[[], None]) -> Callable[[], None]:
+    def release() -> None:
+        try:
+            if first is not None:
+                first()
+        finally:
+            then()
+
+    return release
+
+
+_OWN_ATTRIBUTES: Final = frozenset(
+    {
+        "_iterable",
+        "_backend",
+        "_one_shot",
+        "_epochs_started",
+        "_current",
+        "_read",
+        "_runner",
+        "_base",
+    }
+)
+
+
+class Prefetched(ClosesOnExit, Generic[T]):
+    """An iterable that prefetches the batches of ``iterable`` through a backend.
+
+    Each ``iter()`` starts one epoch and returns a :class:`~dataloaderx.PrefetchIterator`
+    (``next``, ``close``, ``with``; closed when the epoch ends or is garbage collected).
+    Starting an epoch closes the previous one first and waits until it no longer reads
+    the source, so one epoch runs at a time. A one-shot source (a generator, an
+    iterator) gives one epoch; a re-iterable one (a loader) gives one per ``iter()``.
+    Attributes not defined here, such as ``set_epoch`` or ``dataset``, are read from
+    the wrapped iterable.
+    """
+
+    def __init__(self, iterable: Iterable[T], backend: Backend) -> None:
+        self._iterable = iterable
+        self._backend = backend
+        self._one_shot = isinstance(iterable, Iterator)
+        self._epochs_started = 0
+        self._current: weakref.ref[PrefetchIterator[T]] | None = None
+        view = _view_with_prefetched_base(iterable, backend)
+        #: What each epoch iterates, the backend it runs through, and the prefetched
+        #: base loader inside it, if any.
+        self._read: Iterable[T] = iterable if view is None else view
+        self._runner = backend if view is None else make_backend("sync", None)
+        self._base: Prefetched[Any] | None = None if view is None else view.base_dataloader
+
+    @property
+    def iterable(self) -> Iterable[T]:
+        """The wrapped iterable."""
+        return self._iterable
+
+    @property
+    def prefetch_backend(self) -> Backend:
+        """The configured backend instance (resolved name and validated options)."""
+        return self._backend
+
+    def __iter__(self) -> PrefetchIterator[T]:
+        if self._one_shot and self._epochs_started:
+            raise RuntimeError(
+                f"prefetch() was given a one-shot iterator ({type(self._iterable).__name__}), "
+                "which has been iterated already; pass a re-iterable source such as a "
+                "DataLoader, or call prefetch() again with a new iterator for each epoch"
+            )
+        self._finish_epoch(wait=True)
+        inner = iter(self._read)
+        release = _release_for(self._read, inner)
+        if self._base is not None:
+            release = _both(release, self._base.close)
+        iterator = PrefetchIterator(inner, self._runner, release)
+        self._epochs_started += 1
+        self._current = weakref.ref(iterator)
+        return iterator
+
+    def close(self) -> None:
+        """Stop the running epoch, if any, as its iterator's ``close()`` does.
+
+        Safe to call more than once.
+        """
+        self._finish_epoch(wait=False)
+
+    def _finish_epoch(self, *, wait: bool) -> None:
+        current = None if self._current is None else self._current()
+        self._current = None
+        if current is None:
+            return
+        current.close()
+        if wait:
+            current.source.close(timeout=None)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._iterable!r}, backend={self._backend!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        return delegate(self._read, name, _OWN_ATTRIBUTES)
+
+
+class SizedPrefetched(Prefetched[T]):
+    """A :class:`Prefetched` over a source with ``len()``; its ``len()`` is the source's."""
+
+    def __len__(self) -> int:
+        return len(self._read)  # type: ignore[arg-type]
+
+
+@overload
+def prefetch(
+    iterable: DataLoader[T],
+    *,
+    backend: BackendSpec = ...,
+    backend_options: Mapping[str, Any] | None = ...,
+) -> SizedPrefetched[T]: ...
+
+
+@overload
+def prefetch(
+    iterable: Iterable[T],
+    *,
+    backend: BackendSpec = ...,
+    backend_options: Mapping[str, Any] | None = ...,
+) -> Prefetched[T]: ...
+
+
+def prefetch(
+    iterable: Iterable[T],
+    *,
+    backend: BackendSpec = None,
+    backend_options: Mapping[str, Any] | None = None,
+) -> Prefetched[T]:
+    """Prefetch the batches of any iterable through a backend.
+
+    Works on an accelerate-prepared loader, a plain ``DataLoader``, a generator or any
+    other iterable of batches, with the guarantees of :class:`~dataloaderx.DataLoaderX`:
+    the same batches in the same order, the source's exceptions re-raised unchanged,
+    nothing left running after the epoch ends, ``break`` or ``close()``.
+
+    Args:
+        iterable: the batches; re-iterated once per epoch if it is re-iterable.
+        backend: as for :class:`~dataloaderx.DataLoaderX`: a name, a mapping with a
+            ``"name"`` key plus options, or ``None`` for ``DATALOADERX_BACKEND``, else
+            ``"thread"``.
+        backend_options: options merged over those in a ``backend`` mapping.
+
+    Returns:
+        A :class:`SizedPrefetched` (with ``len()``) if ``iterable`` has a length, else a
+        :class:`Prefetched`. Both arguments are validated here; no thread starts until
+        the first ``iter()``.
+    """
+    if not isinstance(iterable, Iterable):
+        raise TypeError(
+            "prefetch() needs an iterable of batches (a loader, a generator, ...), "
+            f"got {iterable!r} ({type(iterable).__name__})"
+        )
+    return _wrap(iterable, make_backend(backend, backend_options))
+
+
+def _wrap(iterable: Iterable[T], backend: Backend) -> Prefetched[T]:
+    if isinstance(iterable, Sized):
+        return SizedPrefetched(iterable, backend)
+    return Prefetched(iterable, backend)

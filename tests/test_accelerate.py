@@ -1,0 +1,122 @@
+"""accelerate: prepare first, then prefetch (``prepare`` rebuilds loaders as its own class)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from dataloaderx import DataLoaderX, SizedPrefetched, prefetch
+from tests.helpers import FailingDataset, RangeDataset, assert_same_events, run_events
+
+accelerate = pytest.importorskip(
+    "accelerate", reason="accelerate is not installed: pip install 'dataloaderx[integrations]'"
+)
+
+
+@pytest.fixture
+def accelerator() -> Iterator[accelerate.Accelerator]:
+    yield accelerate.Accelerator(cpu=True)
+    accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+    accelerate.state.GradientState._reset_state()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_prepared_loader_prefetches_every_epoch(
+    accelerator: accelerate.Accelerator, backend: str, num_workers: int
+) -> None:
+    prepared = accelerator.prepare(
+        DataLoader(RangeDataset(10), batch_size=3, num_workers=num_workers)
+    )
+    expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=3)))
+    batches = prefetch(prepared, backend=backend)
+    assert isinstance(batches, SizedPrefetched)
+    assert len(batches) == len(prepared) == 4
+    for epoch in range(2):
+        assert_same_events(run_events(iter(batches)), expected)
+        assert batches.iteration == epoch + 1
+
+
+def test_prepare_then_prefetch_keeps_a_dataloaderx_configuration(
+    accelerator: accelerate.Accelerator, backend: str
+) -> None:
+    loader = DataLoaderX(RangeDataset(6), batch_size=2, backend=backend)
+    prepared = accelerator.prepare(loader)
+    batches = prefetch(prepared, backend=loader.backend, backend_options=loader.backend_options)
+    assert batches.prefetch_backend.name == loader.prefetch_backend.name
+    assert_same_events(run_events(iter(batches)), run_events(iter(loader)))
+
+
+def test_break_closes_the_prepared_loader_and_its_workers(
+    accelerator: accelerate.Accelerator, backend: str
+) -> None:
+    prepared = accelerator.prepare(DataLoader(RangeDataset(200), batch_size=2, num_workers=2))
+    iterator = iter(prefetch(prepared, backend=backend))
+    next(iterator)
+    iterator.close()
+    assert iterator.source.released
+    assert iterator._inner.gi_frame is None  # type: ignore[attr-defined]
+
+
+def test_errors_match_the_prepared_loader(
+    accelerator: accelerate.Accelerator, backend: str
+) -> None:
+    prepared = accelerator.prepare(DataLoader(FailingDataset(8, frozenset({5})), batch_size=2))
+    expected = run_events(iter(prepared))
+    assert expected[-1] == ("error", ValueError, "bad index 5")
+    assert_same_events(run_events(iter(prefetch(prepared, backend=backend))), expected)
+
+
+def test_set_epoch_reaches_the_prepared_loader(accelerator: accelerate.Accelerator) -> None:
+    prepared = accelerator.prepare(DataLoader(RangeDataset(4), batch_size=2))
+    batches = prefetch(prepared, backend="thread")
+    batches.set_epoch(3)
+    assert batches.iteration == 3
+    assert prepared.iteration == 0
+
+
+def loop_state(batches: Iterable[torch.Tensor], gradient_state: Any) -> list[tuple[Any, ...]]:
+    """What a training loop sees of accelerate's per-batch state at each step."""
+    seen: list[tuple[Any, ...]] = []
+    for batch in batches:
+        time.sleep(0.01)  # let a producer run ahead, as a training step would
+        seen.append(
+            (int(batch[0, 0]), gradient_state.end_of_dataloader, gradient_state.in_dataloader)
+        )
+    seen.append(("after", gradient_state.end_of_dataloader, gradient_state.in_dataloader))
+    return seen
+
+
+def test_gradient_state_follows_the_batches_the_loop_sees(
+    accelerator: accelerate.Accelerator, backend: str
+) -> None:
+    prepared = accelerator.prepare(DataLoader(RangeDataset(12), batch_size=2))
+    expected = loop_state(prepared, accelerator.gradient_state)
+    assert [end for _, end, _ in expected] == [False] * 5 + [True, False]
+    batches = prefetch(prepared, backend=backend, backend_options=None)
+    for _ in range(2):
+        assert loop_state(batches, accelerator.gradient_state) == expected
+
+
+def test_accumulation_syncs_on_the_same_steps(
+    accelerator: accelerate.Accelerator, backend: str
+) -> None:
+    accelerator.gradient_accumulation_steps = 4
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+
+    def sync_steps(batches: Iterable[torch.Tensor]) -> list[bool]:
+        syncs = []
+        for _ in batches:
+            time.sleep(0.01)
+            with accelerator.accumulate(model):
+                syncs.append(accelerator.sync_gradients)
+        return syncs
+
+    prepared = accelerator.prepare(DataLoader(RangeDataset(14), batch_size=2))
+    expected = sync_steps(prepared)
+    assert expected == [False, False, False, True, False, False, True]
+    assert sync_steps(prefetch(prepared, backend=backend)) == expected
