@@ -60,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("backends", help="list the registered prefetch backends and options")
+    from dataloaderx.bench.cli import add_arguments
+
+    add_arguments(
+        commands.add_parser(
+            "bench",
+            help="measure whether training waits for data, with DataLoader and each backend",
+        )
+    )
     return parser
 
 
@@ -69,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "backends":
         return list_backends()
+    if args.command == "bench":
+        from dataloaderx.bench.cli import run
+
+        return run(args)
     parser.print_help()
     return 0
 
