@@ -77,11 +77,16 @@ def time_epoch(loader: Iterable[Any], step: Callable[[Any], object] | None = Non
 def alternate(
     factories: dict[str, LoaderFactory], run: Callable[[Iterable[Any]], float], repeats: int
 ) -> dict[str, list[float]]:
-    """Run every factory ``repeats`` times, round-robin, and collect the results."""
-    results: dict[str, list[float]] = {name: [] for name in factories}
-    for _ in range(repeats):
-        for name, factory in factories.items():
-            results[name].append(run(factory()))
+    """Run every factory ``repeats`` times, round-robin, and collect the results.
+
+    Each round starts one place further along, so that no contestant always runs first.
+    """
+    names = list(factories)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(repeats):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            results[name].append(run(factories[name]()))
     return results
 
 

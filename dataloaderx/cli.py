@@ -49,6 +49,7 @@ def list_backends() -> int:
         print(f"{name}{aliases}{status}")
         print(f"    {_first_line(backend_class.__doc__)}")
         print(f"    options: {_options_text(backend_class)}")
+    print("every backend also accepts: stats: bool | 'trace' = True (see loader.stats)")
     return 0
 
 

@@ -125,30 +125,30 @@ class Channel:
     * The producer sleeps only on a full buffer. While it sleeps the length drops one
       by one, so the consumer sees it reach the low-water mark exactly once per
       drain, and wakes the producer there.
-    * The consumer sleeps only on an empty buffer. While it sleeps the length rises
-      one by one. A batch that took at least :data:`FAST_ITEM_SECONDS` to make wakes
-      it at once. Fast batches wake it when ``wake_mark`` (half the depth) are ready,
-      when the buffer is full, or with the end of the epoch or an error; between
-      such wakes it re-checks every :data:`FAST_POLL_SECONDS`, which bounds the
-      extra latency of a ready batch. Waking once per several tiny batches, rather
-      than once per batch, is what makes the hand-off cheap.
+    * The consumer sleeps only on an empty buffer. A batch that took at least
+      :data:`FAST_ITEM_SECONDS` to make wakes it at once, as do the end of the epoch
+      and errors. Faster batches are left to pile up: the producer wakes the consumer
+      just before it sleeps on the full buffer itself, so the two threads take turns
+      in runs of ``depth`` batches instead of trading the GIL on every batch. Meanwhile
+      the consumer re-checks every :data:`FAST_POLL_SECONDS`, which bounds the extra
+      latency of a ready batch.
 
     Lost wake-ups are ruled out by the clear-then-recheck order: a side clears its
-    event, re-checks the buffer, and only then waits. Its partner's wake comes from an
-    ``append``/``popleft`` ordered after that re-check (the buffer's operations are
-    atomic, with the GIL or, in a free-threaded build, the deque's own lock), so the
-    ``set()`` cannot precede the ``clear()``. Every wait is also bounded by
-    :data:`POLL_SECONDS` and re-checks its stop condition, so nothing can hang.
+    event, re-checks the buffer, and only then waits. Its partner wakes it only after an
+    ``append``/``popleft`` that the re-check did not see, so after the re-check (the
+    buffer's operations are atomic and ordered, by the GIL or, in a free-threaded
+    build, by the deque's own lock): the ``set()`` cannot precede the ``clear()``.
+    Every wait is also bounded by :data:`POLL_SECONDS` and re-checks its stop
+    condition, so nothing can hang.
     """
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
         self._low_water = depth // 2
-        self._wake_mark = depth
         self._items: deque[Envelope] = deque()
         self._not_empty = threading.Event()
         self._not_full = threading.Event()
-        #: Whether the latest batch was made in under FAST_ITEM_SECONDS (None: no batch yet).
+        #: Whether the latest batch took less than FAST_ITEM_SECONDS to make.
         self._fast = False
         self._resumed: float | None = None
 
@@ -162,14 +162,14 @@ class Channel:
         fast = resumed is not None and now - resumed < FAST_ITEM_SECONDS
         items = self._items
         if len(items) >= self.depth:
+            self._not_empty.set()  # the consumer may be waiting for fast batches
             if not self._wait_for_room(stop):
                 return False
             now = perf_counter()
         elif stop.is_set():
             return False
         items.append(item)
-        count = len(items)
-        if not fast or count == self._wake_mark or count >= self.depth or item[0] != ITEM:
+        if not fast or item[0] != ITEM:
             self._not_empty.set()
         self._fast = fast
         self._resumed = now
