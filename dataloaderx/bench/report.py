@@ -48,7 +48,7 @@ def as_table(result: BenchResult) -> str:
     ]
     widths = [max(len(cells[i]) for cells in [_COLUMNS, *body]) for i in range(len(_COLUMNS))]
     lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
         for cells in [_COLUMNS, *body]
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
