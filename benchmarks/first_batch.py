@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from time import perf_counter
 from typing import Any
 
+import _common as bench
 import torch
-from _common import BASELINE, alternate, contestants, markdown_table, medians, parser, print_machine
 from torch.utils.data import Dataset
 
 
@@ -37,17 +37,17 @@ def first_batch(loader: Iterable[Any]) -> float:
 
 
 def main() -> None:
-    arguments = parser(__doc__ or "")
+    arguments = bench.parser(__doc__ or "")
     arguments.set_defaults(repeats=50)
     args = arguments.parse_args()
-    print_machine()
-    factories = contestants(Small(), batch_size=8)
-    results = medians(alternate(factories, first_batch, args.repeats))
+    bench.print_machine()
+    factories = bench.contestants(Small(), batch_size=8)
+    results = bench.medians(bench.alternate(factories, first_batch, args.repeats))
     rows = [
-        [name, f"{1000 * seconds:.3f}", f"{1000 * (seconds - results[BASELINE]):+.3f}"]
+        [name, f"{1000 * seconds:.3f}", f"{1000 * (seconds - results[bench.BASELINE]):+.3f}"]
         for name, seconds in results.items()
     ]
-    print(markdown_table(["loader", "first batch ms (median)", "vs DataLoader ms"], rows))
+    print(bench.markdown_table(["loader", "first batch ms (median)", "vs DataLoader ms"], rows))
 
 
 if __name__ == "__main__":

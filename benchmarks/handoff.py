@@ -9,18 +9,7 @@ depth 8.
 
 from __future__ import annotations
 
-from _common import (
-    BASELINE,
-    NAIVE,
-    alternate,
-    backend_spec,
-    contestants,
-    markdown_table,
-    medians,
-    parser,
-    print_machine,
-    time_epoch,
-)
+import _common as bench
 from torch.utils.data import Dataset
 
 from dataloaderx import DataLoaderX
@@ -38,33 +27,37 @@ class Tiny(Dataset[int]):
 
 
 def main() -> None:
-    arguments = parser(__doc__ or "")
+    arguments = bench.parser(__doc__ or "")
     arguments.add_argument("--batches", type=int, default=100_000)
     args = arguments.parse_args()
-    print_machine()
+    bench.print_machine()
     dataset = Tiny(args.batches)
     per_batch = 1e6 / args.batches
     rows: list[list[str]] = []
     for depth in (2, 8):
-        factories = contestants(dataset, depth=depth, batch_size=None)
+        factories = bench.contestants(dataset, depth=depth, batch_size=None)
         for name in ("thread", "sync"):
-            spec = backend_spec(name, depth, stats=False)
+            spec = bench.backend_spec(name, depth, stats=False)
             factories[f"{name} (stats off)"] = lambda spec=spec: DataLoaderX(
                 dataset, backend=spec, batch_size=None
             )
-        results = medians(alternate(factories, time_epoch, args.repeats))
-        naive_cost = (results[NAIVE] - results[BASELINE]) * per_batch
+        results = bench.medians(bench.alternate(factories, bench.time_epoch, args.repeats))
+        naive_cost = (results[bench.NAIVE] - results[bench.BASELINE]) * per_batch
         for name, seconds in results.items():
-            reference = BASELINE if name in (BASELINE, NAIVE) or name.startswith("sync") else "sync"
+            reference = (
+                bench.BASELINE
+                if name in (bench.BASELINE, bench.NAIVE) or name.startswith("sync")
+                else "sync"
+            )
             if name == "thread (stats off)":
                 reference = "sync (stats off)"
             added = (seconds - results[reference]) * per_batch
-            ratio = f"{added / naive_cost:.2f}" if name not in (BASELINE, reference) else ""
+            ratio = f"{added / naive_cost:.2f}" if name not in (bench.BASELINE, reference) else ""
             rows.append(
                 [str(depth), name, f"{seconds * per_batch:.2f}", reference, f"{added:+.2f}", ratio]
             )
     header = ["depth", "loader", "us/batch", "over", "added us/batch", "vs naive BG added"]
-    print(markdown_table(header, rows))
+    print(bench.markdown_table(header, rows))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import subprocess
 import sys
 import time
 
+import _common as bench
 import torch
-from _common import BASELINE, contestants, markdown_table, parser, print_machine, time_epoch
 from torch.utils.data import Dataset
 
 BATCH_MB = 32
@@ -33,29 +33,29 @@ class Big(Dataset[torch.Tensor]):
 
 
 def child(name: str, depth: int) -> None:
-    loader = contestants(Big(), depth=depth, batch_size=None)[name]()
-    time_epoch(loader, lambda batch: time.sleep(STEP_SECONDS))
+    loader = bench.contestants(Big(), depth=depth, batch_size=None)[name]()
+    bench.time_epoch(loader, lambda batch: time.sleep(STEP_SECONDS))
     print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
 def main() -> None:
-    arguments = parser(__doc__ or "")
+    arguments = bench.parser(__doc__ or "")
     arguments.add_argument("--child", nargs=2, metavar=("NAME", "DEPTH"))
     args = arguments.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]))
         return
-    print_machine()
+    bench.print_machine()
     rows: list[list[str]] = []
     for depth in (2, 4):
-        names = list(contestants(Big(), depth=depth, batch_size=None))
+        names = list(bench.contestants(Big(), depth=depth, batch_size=None))
         peaks: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.repeats):
             for name in names:
                 command = [sys.executable, __file__, "--child", name, str(depth)]
                 output = subprocess.run(command, capture_output=True, text=True, check=True)
                 peaks[name].append(float(output.stdout.strip().splitlines()[-1]))
-        base = statistics.median(peaks[BASELINE])
+        base = statistics.median(peaks[bench.BASELINE])
         for name in names:
             extra = statistics.median(peaks[name]) - base
             rows.append(
@@ -67,7 +67,7 @@ def main() -> None:
                 ]
             )
     header = ["depth", "loader", "peak RSS MiB", f"over DataLoader, in {BATCH_MB} MiB batches"]
-    print(markdown_table(header, rows))
+    print(bench.markdown_table(header, rows))
 
 
 if __name__ == "__main__":

@@ -10,16 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _common import (
-    BASELINE,
-    alternate,
-    contestants,
-    markdown_table,
-    medians,
-    parser,
-    print_machine,
-    time_epoch,
-)
+import _common as bench
 from torch.utils.data import Dataset
 
 from dataloaderx.bench.workload import SyntheticImages
@@ -45,25 +36,27 @@ def python_step(batch: Any) -> None:
 
 
 def main() -> None:
-    args = parser(__doc__ or "").parse_args()
-    print_machine()
+    args = bench.parser(__doc__ or "").parse_args()
+    bench.print_machine()
     cases = {
         "num_workers=2, fast step": (
-            contestants(SyntheticImages(640), batch_size=16, num_workers=2),
+            bench.contestants(SyntheticImages(640), batch_size=16, num_workers=2),
             None,
         ),
-        "pure Python, GIL-bound": (contestants(PythonBound(), batch_size=10), python_step),
+        "pure Python, GIL-bound": (bench.contestants(PythonBound(), batch_size=10), python_step),
     }
     rows: list[list[str]] = []
     for case, (factories, step) in cases.items():
-        results = medians(
-            alternate(factories, lambda loader, s=step: time_epoch(loader, s), args.repeats)
+        results = bench.medians(
+            bench.alternate(
+                factories, lambda loader, s=step: bench.time_epoch(loader, s), args.repeats
+            )
         )
         rows += [
-            [case, name, f"{seconds:.3f}", f"{results[BASELINE] / seconds:.3f}x"]
+            [case, name, f"{seconds:.3f}", f"{results[bench.BASELINE] / seconds:.3f}x"]
             for name, seconds in results.items()
         ]
-    print(markdown_table(["case", "loader", "epoch s", "throughput vs DataLoader"], rows))
+    print(bench.markdown_table(["case", "loader", "epoch s", "throughput vs DataLoader"], rows))
 
 
 if __name__ == "__main__":

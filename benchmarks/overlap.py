@@ -10,15 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from _common import (
-    alternate,
-    contestants,
-    markdown_table,
-    medians,
-    parser,
-    print_machine,
-    time_epoch,
-)
+import _common as bench
 from torch.utils.data import Dataset
 
 BATCHES = 40
@@ -46,8 +38,8 @@ class Sleepy(Dataset[int]):
 
 
 def main() -> None:
-    args = parser(__doc__ or "").parse_args()
-    print_machine()
+    args = bench.parser(__doc__ or "").parse_args()
+    bench.print_machine()
     rows: list[list[str]] = []
     names: list[str] = []
     for ratio in (0.25, 1.0, 4.0):
@@ -63,19 +55,19 @@ def main() -> None:
         ) -> float:
             produced.clear()
             consumed.clear()
-            measured = time_epoch(loader, step)
+            measured = bench.time_epoch(loader, step)
             cost_l = sum(produced) / len(produced)
             cost_c = sum(consumed) / len(consumed)
             return (BATCHES * max(cost_l, cost_c) + min(cost_l, cost_c)) / measured
 
-        factories = contestants(Sleepy(BATCHES, produce, produced), batch_size=None)
+        factories = bench.contestants(Sleepy(BATCHES, produce, produced), batch_size=None)
         names = list(factories)
-        results = medians(alternate(factories, efficiency, args.repeats))
+        results = bench.medians(bench.alternate(factories, efficiency, args.repeats))
         rows.append(
             [f"{ratio:g} (L={1000 * produce:.1f} ms, C={1000 * consume:.1f} ms)"]
             + [f"{results[name]:.3f}" for name in names]
         )
-    print(markdown_table(["L/C", *names], rows))
+    print(bench.markdown_table(["L/C", *names], rows))
 
 
 if __name__ == "__main__":

@@ -7,38 +7,28 @@ and ``thread`` >= the naive ``BackgroundGenerator``.
 
 from __future__ import annotations
 
-from _common import (
-    BASELINE,
-    NAIVE,
-    alternate,
-    contestants,
-    markdown_table,
-    medians,
-    parser,
-    print_machine,
-    time_epoch,
-)
+import _common as bench
 
 from dataloaderx.bench.workload import DEFAULT_BATCH_SIZE, default_dataset, fake_step
 
 
 def main() -> None:
-    args = parser(__doc__ or "").parse_args()
-    print_machine()
-    factories = contestants(default_dataset(), batch_size=DEFAULT_BATCH_SIZE)
-    results = medians(
-        alternate(factories, lambda loader: time_epoch(loader, fake_step), args.repeats)
+    args = bench.parser(__doc__ or "").parse_args()
+    bench.print_machine()
+    factories = bench.contestants(default_dataset(), batch_size=DEFAULT_BATCH_SIZE)
+    results = bench.medians(
+        bench.alternate(factories, lambda loader: bench.time_epoch(loader, fake_step), args.repeats)
     )
     rows = [
         [
             name,
             f"{seconds:.3f}",
-            f"{results[BASELINE] / seconds:.2f}x",
-            f"{results[NAIVE] / seconds:.2f}x",
+            f"{results[bench.BASELINE] / seconds:.2f}x",
+            f"{results[bench.NAIVE] / seconds:.2f}x",
         ]
         for name, seconds in results.items()
     ]
-    print(markdown_table(["loader", "epoch s", "vs DataLoader", "vs naive BG"], rows))
+    print(bench.markdown_table(["loader", "epoch s", "vs DataLoader", "vs naive BG"], rows))
 
 
 if __name__ == "__main__":
