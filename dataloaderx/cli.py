@@ -49,6 +49,7 @@ def list_backends() -> int:
         print(f"{name}{aliases}{status}")
         print(f"    {_first_line(backend_class.__doc__)}")
         print(f"    options: {_options_text(backend_class)}")
+    print("every backend also accepts: stats: bool | 'trace' = True (see loader.stats)")
     return 0
 
 
@@ -60,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("backends", help="list the registered prefetch backends and options")
+    from dataloaderx.bench.cli import add_arguments
+
+    add_arguments(
+        commands.add_parser(
+            "bench",
+            help="measure whether training waits for data, with DataLoader and each backend",
+        )
+    )
     return parser
 
 
@@ -69,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "backends":
         return list_backends()
+    if args.command == "bench":
+        from dataloaderx.bench.cli import run
+
+        return run(args)
     parser.print_help()
     return 0
 

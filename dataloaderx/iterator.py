@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
+from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
 from dataloaderx._source import GuardedSource
 from dataloaderx._wrapper import ClosesOnExit, delegate
 from dataloaderx.backends._engine import JOIN_TIMEOUT_SECONDS
 from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.stats import StatsRecorder, TimedSource
 
 __all__ = ["PrefetchIterator"]
 
@@ -23,7 +25,9 @@ def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any]) -> None:
         source.close(timeout=JOIN_TIMEOUT_SECONDS)
 
 
-_OWN_ATTRIBUTES: Final = frozenset({"_inner", "_source", "_stream", "_finalizer", "_num_yielded"})
+_OWN_ATTRIBUTES: Final = frozenset(
+    {"_inner", "_source", "_stream", "_finalizer", "_num_yielded", "_stats", "_buffered"}
+)
 
 
 class PrefetchIterator(ClosesOnExit, Generic[T_co]):
@@ -33,6 +37,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
     epoch ends, and when it is garbage collected. Attributes it does not define (for
     example ``_workers`` or ``_shutdown_workers``) are read from the wrapped iterator;
     ``_num_yielded`` counts the batches handed out here, as on PyTorch's iterator.
+    With a ``stats`` recorder, every ``next()`` and every batch made is timed into it.
     """
 
     def __init__(
@@ -40,22 +45,43 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         inner: Iterator[T_co],
         backend: Backend,
         release: Callable[[], None] | None,
+        stats: StatsRecorder | None = None,
     ) -> None:
         self._inner = inner
         self._num_yielded = 0
+        self._stats = stats
         self._source: GuardedSource[T_co] = GuardedSource(inner, release)
-        self._stream: BatchStream[T_co] = backend.open(self._source)
+        opened = self._source if stats is None else TimedSource(self._source, stats)
+        self._stream: BatchStream[T_co] = backend.open(opened)
+        self._buffered: Callable[[], int] | None = getattr(self._stream, "buffered", None)
         self._finalizer = weakref.finalize(self, _shut_down, self._stream, self._source)
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         return self
 
     def __next__(self) -> T_co:
+        if self._stats is not None:
+            return self._timed_next(self._stats)
         try:
             batch = next(self._stream)
         except StopIteration:
             self.close()
             raise
+        self._num_yielded += 1
+        return batch
+
+    def _timed_next(self, stats: StatsRecorder) -> T_co:
+        buffered = 0 if self._buffered is None else self._buffered()
+        start = perf_counter()
+        delivered = False
+        try:
+            batch = next(self._stream)
+            delivered = True
+        except StopIteration:
+            self.close()
+            raise
+        finally:
+            stats.record_next(start, perf_counter(), buffered, delivered)
         self._num_yielded += 1
         return batch
 

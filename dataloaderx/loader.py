@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from dataloaderx._source import GuardedSource
 from dataloaderx.backends.base import Backend
 from dataloaderx.iterator import PrefetchIterator
-from dataloaderx.options import BackendSpec, make_backend
+from dataloaderx.options import BackendSpec, resolve_backend
+from dataloaderx.stats import LoaderStats, StatsRecorder
 
 __all__ = ["DataLoaderX"]
 
@@ -65,7 +66,8 @@ class DataLoaderX(DataLoader[T_co]):
         backend: BackendSpec = None,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._prefetch_backend: Backend = make_backend(backend, backend_options)
+        self._prefetch_backend, self._common_options = resolve_backend(backend, backend_options)
+        self._latest_stats: StatsRecorder | None = None
         self.backend = backend
         self.backend_options = backend_options
         self._previous_epoch: weakref.ref[PrefetchIterator[T_co]] | None = None
@@ -95,6 +97,30 @@ class DataLoaderX(DataLoader[T_co]):
         """The configured backend instance (resolved name and validated options)."""
         return self._prefetch_backend
 
+    @property
+    def stats(self) -> LoaderStats | None:
+        """Stall statistics of the latest (or current) epoch, or ``None``.
+
+        ``None`` before the first epoch and when ``backend_options={"stats": False}``.
+        ``loader.stats.summary()`` says whether training waited for data.
+        """
+        recorder = self._latest_stats
+        return None if recorder is None else recorder.snapshot()
+
+    def _new_stats_recorder(self) -> StatsRecorder | None:
+        setting = self._common_options.stats
+        if setting is False:
+            return None
+        depth = getattr(self._prefetch_backend, "depth", None)
+        recorder = StatsRecorder(
+            backend=self._prefetch_backend.name,
+            depth=depth if isinstance(depth, int) else None,
+            num_workers=self.num_workers,
+            trace=setting == "trace",
+        )
+        self._latest_stats = recorder
+        return recorder
+
     @classmethod
     def from_config(
         cls, dataset: Dataset[T_co], config: Mapping[str, Any] | str | os.PathLike[str]
@@ -116,7 +142,9 @@ class DataLoaderX(DataLoader[T_co]):
             self._let_go_of_shared_iterator()
         inner = super().__iter__()
         release = None if reuses_workers else getattr(inner, "_shutdown_workers", None)
-        iterator = PrefetchIterator(inner, self._prefetch_backend, release)
+        iterator = PrefetchIterator(
+            inner, self._prefetch_backend, release, self._new_stats_recorder()
+        )
         if reuses_workers:
             self._previous_epoch = weakref.ref(iterator)
             self._previous_source = iterator.source

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from dataloaderx._suggest import did_you_mean, quoted
@@ -12,7 +13,16 @@ from dataloaderx.backends.base import Backend
 from dataloaderx.errors import BackendUnavailableError
 from dataloaderx.registry import get_backend
 
-__all__ = ["DEFAULT_BACKEND", "ENV_VAR", "BackendSpec", "backend_option_names", "make_backend"]
+__all__ = [
+    "COMMON_OPTIONS",
+    "DEFAULT_BACKEND",
+    "ENV_VAR",
+    "BackendSpec",
+    "CommonOptions",
+    "backend_option_names",
+    "make_backend",
+    "resolve_backend",
+]
 
 #: Environment variable naming the backend used when ``backend=None``.
 ENV_VAR: Final = "DATALOADERX_BACKEND"
@@ -59,12 +69,41 @@ def _split_spec(backend: BackendSpec) -> tuple[str, dict[str, Any]]:
     )
 
 
-def make_backend(backend: BackendSpec, backend_options: Mapping[str, Any] | None) -> Backend:
+@dataclass(frozen=True)
+class CommonOptions:
+    """Options every backend accepts, handled by the loader rather than the backend.
+
+    ``stats``: ``True`` (default) records stall statistics (``loader.stats``), ``False``
+    turns them off, ``"trace"`` also keeps every batch's start and end times.
+    """
+
+    stats: bool | str = True
+
+
+#: Option names every backend accepts (see :class:`CommonOptions`).
+COMMON_OPTIONS: Final = tuple(f.name for f in fields(CommonOptions))
+
+
+def _common_options(backend: str, options: dict[str, Any]) -> CommonOptions:
+    """Remove the common options from ``options`` and return them, validated."""
+    stats = options.pop("stats", True)
+    if stats is not True and stats is not False and stats != "trace":
+        raise TypeError(
+            f"backend {backend!r} option 'stats' must be True, False or 'trace', got {stats!r}"
+        )
+    return CommonOptions(stats=stats)
+
+
+def resolve_backend(
+    backend: BackendSpec, backend_options: Mapping[str, Any] | None
+) -> tuple[Backend, CommonOptions]:
     """Resolve, check and construct the backend described by the two arguments.
 
     ``backend=None`` means the :data:`ENV_VAR` environment variable if set, else
     :data:`DEFAULT_BACKEND`. ``backend_options`` is merged over options given in a
-    ``backend`` mapping. Starts no thread and touches no device.
+    ``backend`` mapping. The options every backend accepts (:data:`COMMON_OPTIONS`) are
+    returned apart; the rest go to the backend's constructor. Starts no thread and
+    touches no device.
     """
     name, options = _split_spec(backend)
     if backend_options is not None:
@@ -78,12 +117,19 @@ def make_backend(backend: BackendSpec, backend_options: Mapping[str, Any] | None
     reason = backend_class.unavailable_reason()
     if reason is not None:
         raise BackendUnavailableError(reason)
-    valid = backend_option_names(backend_class)
-    if valid is not None:
+    common = _common_options(backend_class.name, options)
+    own = backend_option_names(backend_class)
+    if own is not None:
+        valid = [*own, *COMMON_OPTIONS]
         for option in options:
-            if option not in valid:
+            if option not in own:
                 raise TypeError(
                     f"backend {backend_class.name!r} got an unknown option {option!r}; "
                     f"valid options: {quoted(valid)}{did_you_mean(str(option), valid)}"
                 )
-    return backend_class(**options)
+    return backend_class(**options), common
+
+
+def make_backend(backend: BackendSpec, backend_options: Mapping[str, Any] | None) -> Backend:
+    """Like :func:`resolve_backend`, returning only the backend."""
+    return resolve_backend(backend, backend_options)[0]

@@ -22,6 +22,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
+from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
 from dataloaderx._warning_relay import reemit, start_capture, take_captured
@@ -29,6 +30,8 @@ from dataloaderx._warning_relay import reemit, start_capture, take_captured
 __all__ = [
     "END",
     "ERROR",
+    "FAST_ITEM_SECONDS",
+    "FAST_POLL_SECONDS",
     "FATAL",
     "ITEM",
     "JOIN_TIMEOUT_SECONDS",
@@ -45,6 +48,10 @@ T = TypeVar("T")
 
 #: Longest single sleep of any blocking wait before it re-checks its stop flag.
 POLL_SECONDS: Final = 0.05
+#: A batch made faster than this is "fast": the consumer is woken once per several.
+FAST_ITEM_SECONDS: Final = 0.0005
+#: Longest wait of a consumer for fast batches before it re-checks the buffer.
+FAST_POLL_SECONDS: Final = 0.002
 #: How long ``close()`` waits for the producer thread to finish the batch it is making.
 JOIN_TIMEOUT_SECONDS: Final = 5.0
 
@@ -112,11 +119,27 @@ def produce(
 class Channel:
     """Bounded buffer between one producer thread and one consumer thread.
 
-    The consumer's fast path is a lock-free ``deque.popleft``; the producer is woken only
-    once the buffer has drained to its low-water mark, not after every item. Every wait
-    lasts at most :data:`POLL_SECONDS` before re-checking its condition, so neither side
-    can sleep through a stop request, and a lost wake-up (which the clear-then-recheck
-    order below rules out) would cost at most one poll interval, never a hang.
+    Both fast paths are lock-free (``deque.append`` / ``deque.popleft``); a side takes an
+    event's lock only to wake the other, and only when the other may be asleep:
+
+    * The producer sleeps only on a full buffer. While it sleeps the length drops one
+      by one, so the consumer sees it reach the low-water mark exactly once per
+      drain, and wakes the producer there.
+    * The consumer sleeps only on an empty buffer. A batch that took at least
+      :data:`FAST_ITEM_SECONDS` to make wakes it at once, as do the end of the epoch
+      and errors. Faster batches are left to pile up: the producer wakes the consumer
+      just before it sleeps on the full buffer itself, so the two threads take turns
+      in runs of ``depth`` batches instead of trading the GIL on every batch. Meanwhile
+      the consumer re-checks every :data:`FAST_POLL_SECONDS`, which bounds the extra
+      latency of a ready batch.
+
+    Lost wake-ups are ruled out by the clear-then-recheck order: a side clears its
+    event, re-checks the buffer, and only then waits. Its partner wakes it only after an
+    ``append``/``popleft`` that the re-check did not see, so after the re-check (the
+    buffer's operations are atomic and ordered, by the GIL or, in a free-threaded
+    build, by the deque's own lock): the ``set()`` cannot precede the ``clear()``.
+    Every wait is also bounded by :data:`POLL_SECONDS` and re-checks its stop
+    condition, so nothing can hang.
     """
 
     def __init__(self, depth: int) -> None:
@@ -125,26 +148,42 @@ class Channel:
         self._items: deque[Envelope] = deque()
         self._not_empty = threading.Event()
         self._not_full = threading.Event()
+        #: Whether the latest batch took less than FAST_ITEM_SECONDS to make.
+        self._fast = False
+        self._resumed: float | None = None
 
     def __len__(self) -> int:
         return len(self._items)
 
     def put(self, item: Envelope, stop: threading.Event) -> bool:
         """Append ``item`` once there is room; return ``False`` if ``stop`` is set first."""
+        now = perf_counter()
+        resumed = self._resumed
+        fast = resumed is not None and now - resumed < FAST_ITEM_SECONDS
         items = self._items
-        while len(items) >= self.depth:
+        if len(items) >= self.depth:
+            self._not_empty.set()  # the consumer may be waiting for fast batches
+            if not self._wait_for_room(stop):
+                return False
+            now = perf_counter()
+        elif stop.is_set():
+            return False
+        items.append(item)
+        if not fast or item[0] != ITEM:
+            self._not_empty.set()
+        self._fast = fast
+        self._resumed = now
+        return True
+
+    def _wait_for_room(self, stop: threading.Event) -> bool:
+        items = self._items
+        while True:
             self._not_full.clear()
             if len(items) < self.depth:
-                break
+                return not stop.is_set()
             if stop.is_set():
                 return False
             self._not_full.wait(POLL_SECONDS)
-        if stop.is_set():
-            return False
-        items.append(item)
-        if len(items) <= 1:
-            self._not_empty.set()
-        return True
 
     def get(self, producer_alive: Callable[[], bool]) -> Envelope:
         """Return the oldest item, waiting for one while the producer is alive."""
@@ -153,7 +192,7 @@ class Channel:
             item = items.popleft()
         except IndexError:
             item = self._wait_for_item(producer_alive)
-        if len(items) <= self._low_water:
+        if len(items) == self._low_water:
             self._not_full.set()
         return item
 
@@ -173,7 +212,7 @@ class Channel:
                         "dataloaderx: the producer thread ended without delivering a batch, "
                         "an error or the end of the epoch"
                     ) from None
-            self._not_empty.wait(POLL_SECONDS)
+            self._not_empty.wait(FAST_POLL_SECONDS if self._fast else POLL_SECONDS)
 
     def clear(self) -> None:
         """Drop every buffered item and wake a waiting producer."""
@@ -186,7 +225,8 @@ class ThreadedStream(Generic[T]):
 
     ``receive`` returns the next envelope (waiting in short, interruptible steps);
     ``drain`` empties the transport so a producer blocked on a full buffer can return;
-    ``handout`` runs in the consumer's thread on each batch before it is returned.
+    ``handout`` runs in the consumer's thread on each batch before it is returned;
+    ``buffered`` (optional) counts the envelopes ready to be received.
     """
 
     def __init__(
@@ -197,8 +237,11 @@ class ThreadedStream(Generic[T]):
         receive: Callable[[], Envelope],
         drain: Callable[[], None],
         handout: Callable[[Any], T] | None = None,
+        buffered: Callable[[], int] | None = None,
     ) -> None:
         self.thread = thread
+        if buffered is not None:
+            self.buffered = buffered
         self._stop = stop
         self._receive = receive
         self._drain = drain
@@ -279,4 +322,5 @@ def start_thread_stream(
         receive=lambda: channel.get(thread.is_alive),
         drain=channel.clear,
         handout=handout,
+        buffered=channel.__len__,
     )

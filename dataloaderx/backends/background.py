@@ -81,4 +81,10 @@ class BackgroundBackend(Backend):
             except queue.Empty:
                 pass
 
-        return ThreadedStream(thread=generator, stop=stop, receive=receive, drain=drain)
+        return ThreadedStream(
+            thread=generator,
+            stop=stop,
+            receive=receive,
+            drain=drain,
+            buffered=lambda: len(pending.queue),
+        )

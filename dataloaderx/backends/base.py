@@ -18,7 +18,9 @@ class BatchStream(Protocol[T_co]):
 
     ``__next__`` runs in the consumer's thread. ``close()`` stops any work the stream
     started, must be safe to call twice and from a finaliser, and must return promptly.
-    A generator object satisfies this protocol.
+    A generator object satisfies this protocol. A stream may also offer
+    ``buffered() -> int``, the number of batches ready to hand out; stall statistics
+    (``loader.stats``) then report how full the buffer was at each ``next()``.
     """
 
     def __next__(self) -> T_co: ...

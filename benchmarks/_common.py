@@ -1,0 +1,115 @@
+"""Shared pieces of the benchmark scripts: contestants, timing, medians and tables.
+
+Every benchmark runs plain ``DataLoader``, the naive ``BackgroundGenerator`` subclass (the
+three-line pattern copied into many repositories) and every available backend, in one
+process, alternating runs, and reports medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from time import perf_counter
+from typing import Any
+
+import torch
+from prefetch_generator import BackgroundGenerator
+from torch.utils.data import DataLoader
+
+from dataloaderx import DataLoaderX, available_backends, get_backend
+from dataloaderx.options import backend_option_names
+
+BASELINE = "DataLoader"
+NAIVE = "BackgroundGenerator-naive"
+
+LoaderFactory = Callable[[], Iterable[Any]]
+
+
+class NaiveBackgroundLoader(DataLoader[Any]):
+    """The pattern ``def __iter__(self): return BackgroundGenerator(super().__iter__())``."""
+
+    max_prefetch = 2
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return BackgroundGenerator(super().__iter__(), max_prefetch=self.max_prefetch)
+
+
+def backend_spec(name: str, depth: int, stats: bool = True) -> dict[str, Any]:
+    """``{"name": ..., "depth": depth}`` for backends with a depth, plus the stats option."""
+    spec: dict[str, Any] = {"name": name}
+    if "depth" in (backend_option_names(get_backend(name)) or []):
+        spec["depth"] = depth
+    if not stats:
+        spec["stats"] = False
+    return spec
+
+
+def contestants(dataset: Any, *, depth: int = 2, **kwargs: Any) -> dict[str, LoaderFactory]:
+    """Factories for DataLoader, the naive pattern and every backend, same arguments."""
+
+    def naive() -> Iterable[Any]:
+        loader = NaiveBackgroundLoader(dataset, **kwargs)
+        loader.max_prefetch = depth
+        return loader
+
+    found: dict[str, LoaderFactory] = {
+        BASELINE: lambda: DataLoader(dataset, **kwargs),
+        NAIVE: naive,
+    }
+    for name in available_backends():
+        spec = backend_spec(name, depth)
+        found[name] = lambda spec=spec: DataLoaderX(dataset, backend=spec, **kwargs)
+    return found
+
+
+def time_epoch(loader: Iterable[Any], step: Callable[[Any], object] | None = None) -> float:
+    """Seconds to iterate ``loader`` to the end, calling ``step`` on each batch."""
+    start = perf_counter()
+    for batch in loader:
+        if step is not None:
+            step(batch)
+    return perf_counter() - start
+
+
+def alternate(
+    factories: dict[str, LoaderFactory], run: Callable[[Iterable[Any]], float], repeats: int
+) -> dict[str, list[float]]:
+    """Run every factory ``repeats`` times, round-robin, and collect the results.
+
+    Each round starts one place further along, so that no contestant always runs first.
+    """
+    names = list(factories)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(repeats):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            results[name].append(run(factories[name]()))
+    return results
+
+
+def medians(results: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in results.items()}
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(description=description)
+    result.add_argument("--repeats", type=int, default=3, help="runs per contestant (median)")
+    return result
+
+
+def print_machine() -> None:
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, "
+        f"{platform.machine()}, {torch.get_num_threads()} torch threads, "
+        f"{platform.platform()}",
+        file=sys.stderr,
+    )

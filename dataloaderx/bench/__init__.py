@@ -1,0 +1,5 @@
+"""``dataloaderx bench``: measure whether a training loop waits for data, per backend."""
+
+from dataloaderx.bench.runner import BenchConfig, BenchResult, RunResult, run_bench
+
+__all__ = ["BenchConfig", "BenchResult", "RunResult", "run_bench"]

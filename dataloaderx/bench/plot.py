@@ -1,0 +1,57 @@
+"""Draw the results: a throughput bar chart and a producer/consumer timeline."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dataloaderx.bench.errors import BenchError
+from dataloaderx.bench.runner import BenchResult, trace_of
+
+__all__ = ["save_plot"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise BenchError(
+            "--plot needs matplotlib; install it with `pip install 'dataloaderx[plot]'`"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_plot(result: BenchResult, path: str | os.PathLike[str]) -> None:
+    """Write a PNG with batches/s per loader and, per backend, when batches were made
+    (producer) and when the training loop waited for one (consumer)."""
+    plt = _pyplot()
+    traced = [name for name in result.runs if trace_of(result.typical(name))]
+    figure, axes = plt.subplots(
+        1 + len(traced), 1, figsize=(9, 3 + 1.4 * len(traced)), squeeze=False
+    )
+    names = list(result.runs)
+    rates = [result.typical(n).batches / result.median_seconds(n) for n in names]
+    bars = axes[0][0]
+    bars.bar(names, rates, color="tab:blue")
+    bars.set_ylabel("batches/s")
+    bars.set_title("Throughput (median of rounds)")
+    for row, name in enumerate(traced, start=1):
+        axis = axes[row][0]
+        events = trace_of(result.typical(name))
+        origin = min(start for _, start, _ in events)
+        for lane, kind, color in ((1, "produce", "tab:green"), (0, "wait", "tab:red")):
+            spans = [(s - origin, e - s) for k, s, e in events if k == kind]
+            axis.broken_barh(spans, (lane - 0.4, 0.8), color=color)
+        axis.set_yticks([0, 1], ["loop waits", "producer"])
+        axis.set_title(f"{name}: timeline")
+        axis.set_xlabel("seconds")
+    figure.tight_layout()
+    try:
+        figure.savefig(path)
+    except OSError as exc:
+        raise BenchError(f"cannot write the plot to {str(path)!r}: {exc}") from exc
+    finally:
+        plt.close(figure)

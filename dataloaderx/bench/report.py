@@ -1,0 +1,78 @@
+"""Print a :class:`~dataloaderx.bench.BenchResult` as a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dataloaderx.bench.runner import BenchResult
+
+__all__ = ["as_json", "as_table"]
+
+_COLUMNS = ("loader", "epoch s", "batches/s", "vs DataLoader", "stall %", "first batch ms")
+
+
+def _rows(result: BenchResult) -> list[dict[str, Any]]:
+    rows = []
+    for name in result.runs:
+        run = result.typical(name)
+        seconds = result.median_seconds(name)
+        rows.append(
+            {
+                "loader": name,
+                "epoch_seconds": seconds,
+                "batches": run.batches,
+                "batches_per_second": run.batches / seconds if seconds > 0 else 0.0,
+                "speedup_vs_dataloader": result.speedup(name),
+                "stall_percent": 100 * run.wait_fraction,
+                "first_batch_ms": 1000 * run.first_batch_seconds,
+                "summary": None if run.stats is None else run.stats.summary(),
+                "runs_seconds": [r.seconds for r in result.runs[name]],
+            }
+        )
+    return rows
+
+
+def as_table(result: BenchResult) -> str:
+    """A fixed-width table with one row per contestant, then the recommendation."""
+    body = [
+        (
+            row["loader"],
+            f"{row['epoch_seconds']:.3f}",
+            f"{row['batches_per_second']:.1f}",
+            f"{row['speedup_vs_dataloader']:.2f}x",
+            f"{row['stall_percent']:.0f}",
+            f"{row['first_batch_ms']:.1f}",
+        )
+        for row in _rows(result)
+    ]
+    widths = [max(len(cells[i]) for cells in [_COLUMNS, *body]) for i in range(len(_COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+        for cells in [_COLUMNS, *body]
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    config = result.config
+    header = (
+        f"batch_size={config.batch_size} num_workers={config.num_workers} "
+        f"batches={config.batches} rounds={config.rounds} (median of rounds)"
+    )
+    return "\n".join([header, "", *lines, "", result.recommendation()])
+
+
+def as_json(result: BenchResult) -> str:
+    """The same figures as :func:`as_table`, machine-readable."""
+    config = result.config
+    document = {
+        "config": {
+            "batch_size": config.batch_size,
+            "num_workers": config.num_workers,
+            "batches": config.batches,
+            "rounds": config.rounds,
+            "backends": list(config.backends),
+        },
+        "results": _rows(result),
+        "best": result.best(),
+        "recommendation": result.recommendation(),
+    }
+    return json.dumps(document, indent=2)

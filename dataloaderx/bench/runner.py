@@ -1,0 +1,155 @@
+"""Run the same workload through ``DataLoader`` and each backend, alternating runs."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any, Final
+
+from torch.utils.data import DataLoader, Dataset
+
+from dataloaderx.bench._progress import Progress
+from dataloaderx.loader import DataLoaderX
+from dataloaderx.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEvent
+
+__all__ = ["BASELINE", "BenchConfig", "BenchResult", "RunResult", "run_bench"]
+
+#: Name of the plain ``torch.utils.data.DataLoader`` contestant.
+BASELINE: Final = "DataLoader"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run: one dataset and step, the loader settings, the backends to compare."""
+
+    dataset: Dataset[Any]
+    step: Callable[[Any], object]
+    batch_size: int
+    num_workers: int
+    batches: int
+    backends: tuple[str, ...]
+    rounds: int = 2
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One epoch (``batches`` batches) of one contestant."""
+
+    name: str
+    seconds: float
+    batches: int
+    wait_seconds: float
+    first_batch_seconds: float
+    stats: LoaderStats | None = field(default=None, repr=False)
+
+    @property
+    def wait_fraction(self) -> float:
+        """Fraction of the epoch the loop waited for data."""
+        return self.wait_seconds / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """Every run, grouped by contestant in the order they were run."""
+
+    config: BenchConfig
+    runs: dict[str, list[RunResult]]
+
+    def median_seconds(self, name: str) -> float:
+        """Median epoch time of ``name``."""
+        return statistics.median(run.seconds for run in self.runs[name])
+
+    def typical(self, name: str) -> RunResult:
+        """The run of ``name`` whose time is the median (the lower one for an even count)."""
+        ordered = sorted(self.runs[name], key=lambda run: run.seconds)
+        return ordered[(len(ordered) - 1) // 2]
+
+    def speedup(self, name: str) -> float:
+        """``DataLoader``'s median time divided by ``name``'s."""
+        return self.median_seconds(BASELINE) / self.median_seconds(name)
+
+    def best(self) -> str:
+        """The contestant with the lowest median time."""
+        return min(self.runs, key=self.median_seconds)
+
+    def recommendation(self) -> str:
+        """One line: which backend to use, and what limits the loop."""
+        best = self.best()
+        if best == BASELINE or self.speedup(best) < 1.05:
+            typical = self.typical(BASELINE)
+            if typical.wait_fraction < INPUT_BOUND_FRACTION:
+                return "keep DataLoader: the loop is compute-bound, no backend makes it faster"
+            return (
+                "no backend helps here: the loop waits for data but loading and the step "
+                f"compete for the CPU; try num_workers>={max(2, 2 * self.config.num_workers)}"
+            )
+        run = self.typical(best)
+        line = (
+            f"use DataLoaderX(backend={best!r}): {self.speedup(best):.2f}x DataLoader's throughput"
+        )
+        if run.stats is not None:
+            line += f"; with it, {run.stats.summary()}"
+        return line
+
+
+def _make_loader(name: str, config: BenchConfig) -> DataLoader[Any]:
+    common: dict[str, Any] = {"batch_size": config.batch_size, "num_workers": config.num_workers}
+    if name == BASELINE:
+        return DataLoader(config.dataset, **common)
+    return DataLoaderX(config.dataset, backend=name, backend_options={"stats": "trace"}, **common)
+
+
+def run_once(name: str, config: BenchConfig, progress: Progress) -> RunResult:
+    """Run ``config.batches`` batches (or the whole epoch if shorter) of ``name``."""
+    loader = _make_loader(name, config)
+    waited = 0.0
+    first = 0.0
+    count = 0
+    start = perf_counter()
+    iterator: Iterator[Any] = iter(loader)
+    try:
+        while count < config.batches:
+            before = perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            after = perf_counter()
+            waited += after - before
+            if count == 0:
+                first = after - start
+            config.step(batch)
+            count += 1
+            progress.advance()
+    finally:
+        close = getattr(iterator, "close", None) or getattr(iterator, "_shutdown_workers", None)
+        if close is not None:
+            close()
+    seconds = perf_counter() - start
+    stats = loader.stats if isinstance(loader, DataLoaderX) else None
+    return RunResult(name, seconds, count, waited, first, stats)
+
+
+def contestants(backends: Sequence[str]) -> list[str]:
+    """``DataLoader`` first, then each backend once."""
+    return [BASELINE, *dict.fromkeys(backends)]
+
+
+def run_bench(config: BenchConfig, *, progress: bool = True) -> BenchResult:
+    """Run every contestant ``config.rounds`` times, alternating, and collect the runs."""
+    names = contestants(config.backends)
+    runs: dict[str, list[RunResult]] = {name: [] for name in names}
+    total = config.rounds * len(names) * config.batches
+    with Progress(total, enabled=progress) as bar:
+        for round_number in range(1, config.rounds + 1):
+            for name in names:
+                bar.start_run(f"{name} (round {round_number}/{config.rounds})")
+                runs[name].append(run_once(name, config, bar))
+    return BenchResult(config, runs)
+
+
+def trace_of(run: RunResult) -> tuple[TraceEvent, ...]:
+    """The timeline recorded for ``run`` (empty for ``DataLoader``)."""
+    return () if run.stats is None else run.stats.trace

@@ -1,0 +1,192 @@
+"""Stall statistics: is the training loop waiting for data?
+
+A :class:`StatsRecorder` is filled while an epoch runs: the consumer's side by
+:class:`~dataloaderx.PrefetchIterator` (time spent inside ``next()``, buffered batches seen
+at each call), the producer's side by :class:`TimedSource`, which wraps the iterator a
+backend reads from (time spent making batches, and time between batches, when the
+producer is another thread: handing a batch over or waiting for room in a full buffer).
+:meth:`StatsRecorder.snapshot` freezes the figures into a :class:`LoaderStats`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Final, Generic, TypeVar
+
+__all__ = [
+    "INPUT_BOUND_FRACTION",
+    "LoaderStats",
+    "StatsRecorder",
+    "TimedSource",
+    "TraceEvent",
+]
+
+T = TypeVar("T")
+
+#: The loop is "input-bound" when it waits for data at least this fraction of the time.
+INPUT_BOUND_FRACTION: Final = 0.1
+#: ``(kind, start, end)`` with ``kind`` "wait" (consumer in ``next()``) or "produce".
+TraceEvent = tuple[str, float, float]
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """One epoch's figures; times in seconds, from :func:`time.perf_counter`.
+
+    ``producer_blocked_seconds`` is ``None`` when batches are made in the consumer's own
+    thread (backend ``sync``), where there is no producer to block.
+    """
+
+    backend: str
+    depth: int | None
+    num_workers: int
+    batches: int
+    elapsed_seconds: float
+    wait_seconds: float
+    produce_seconds: float
+    producer_blocked_seconds: float | None
+    #: ``occupancy[k]``: how many ``next()`` calls found ``k`` batches already buffered.
+    occupancy: tuple[int, ...]
+    trace: tuple[TraceEvent, ...] = field(default=(), repr=False)
+
+    @property
+    def wait_fraction(self) -> float:
+        """Fraction of the epoch the consumer spent waiting inside ``next()``."""
+        if self.elapsed_seconds <= 0:
+            return 0.0
+        return min(1.0, self.wait_seconds / self.elapsed_seconds)
+
+    @property
+    def mean_occupancy(self) -> float:
+        """Mean number of batches already buffered when ``next()`` was called."""
+        calls = sum(self.occupancy)
+        if not calls:
+            return 0.0
+        return sum(k * n for k, n in enumerate(self.occupancy)) / calls
+
+    @property
+    def bound(self) -> str:
+        """``"input-bound"``, ``"compute-bound"``, or ``"no data"`` before the first batch."""
+        if self.batches == 0:
+            return "no data"
+        return "input-bound" if self.wait_fraction >= INPUT_BOUND_FRACTION else "compute-bound"
+
+    def advice(self) -> str:
+        """What to try next, in a few words ("" when nothing needs fixing)."""
+        if self.bound != "input-bound":
+            return ""
+        more_workers = f"num_workers>={max(2, 2 * self.num_workers)}"
+        if self.producer_blocked_seconds is None:
+            return f"try backend='thread' or {more_workers}"
+        busy = self.produce_seconds / self.elapsed_seconds if self.elapsed_seconds > 0 else 1.0
+        if busy < 0.5 and self.depth is not None and self.producer_blocked_seconds > 0:
+            return f"try depth>={2 * self.depth}"
+        return f"try {more_workers} or make batches cheaper"
+
+    def summary(self) -> str:
+        """One line: is the loop input-bound or compute-bound, and what to try."""
+        if self.bound == "no data":
+            return "no data: no batch was delivered yet"
+        percent = round(100 * self.wait_fraction)
+        if self.bound == "input-bound":
+            return f"input-bound: training waited {percent}% of the time for data; {self.advice()}"
+        return f"compute-bound: data was ready {100 - percent}% of the time"
+
+
+class StatsRecorder:
+    """Mutable counters for one epoch; cheap enough to update on every batch."""
+
+    __slots__ = (
+        "_consumer",
+        "_last_end",
+        "_started",
+        "backend",
+        "batches",
+        "blocked_seconds",
+        "depth",
+        "ended",
+        "num_workers",
+        "occupancy",
+        "produce_seconds",
+        "threaded",
+        "trace",
+        "wait_seconds",
+    )
+
+    def __init__(
+        self, *, backend: str, depth: int | None, num_workers: int, trace: bool = False
+    ) -> None:
+        self.backend = backend
+        self.depth = depth
+        self.num_workers = num_workers
+        self.batches = 0
+        self.wait_seconds = 0.0
+        self.produce_seconds = 0.0
+        self.blocked_seconds = 0.0
+        self.occupancy: list[int] = [0]
+        self.threaded: bool | None = None
+        self.trace: list[TraceEvent] | None = [] if trace else None
+        self._consumer = threading.get_ident()
+        self._started = perf_counter()
+        self.ended = self._started
+        self._last_end: float | None = None
+
+    def record_next(self, start: float, end: float, buffered: int, delivered: bool) -> None:
+        """Account for one ``next()`` call of the consumer."""
+        self.wait_seconds += end - start
+        self.ended = end
+        if delivered:
+            self.batches += 1
+        occupancy = self.occupancy
+        while buffered >= len(occupancy):
+            occupancy.append(0)
+        occupancy[buffered] += 1
+        if self.trace is not None:
+            self.trace.append(("wait", start, end))
+
+    def record_produce(self, start: float, end: float) -> None:
+        """Account for one ``next()`` call on the source (in the producer's thread)."""
+        self.produce_seconds += end - start
+        if self.threaded is None:
+            self.threaded = threading.get_ident() != self._consumer
+        if self.threaded and self._last_end is not None:
+            self.blocked_seconds += start - self._last_end
+        self._last_end = end
+        if self.trace is not None:
+            self.trace.append(("produce", start, end))
+
+    def snapshot(self) -> LoaderStats:
+        """Return the figures so far as an immutable :class:`LoaderStats`."""
+        return LoaderStats(
+            backend=self.backend,
+            depth=self.depth,
+            num_workers=self.num_workers,
+            batches=self.batches,
+            elapsed_seconds=self.ended - self._started,
+            wait_seconds=self.wait_seconds,
+            produce_seconds=self.produce_seconds,
+            producer_blocked_seconds=self.blocked_seconds if self.threaded else None,
+            occupancy=tuple(self.occupancy),
+            trace=tuple(self.trace) if self.trace is not None else (),
+        )
+
+
+class TimedSource(Generic[T]):
+    """An iterator that times each ``next()`` of ``source`` into a :class:`StatsRecorder`."""
+
+    def __init__(self, source: Iterator[T], recorder: StatsRecorder) -> None:
+        self._source = source
+        self._recorder = recorder
+
+    def __iter__(self) -> TimedSource[T]:
+        return self
+
+    def __next__(self) -> T:
+        start = perf_counter()
+        try:
+            return next(self._source)
+        finally:
+            self._recorder.record_produce(start, perf_counter())

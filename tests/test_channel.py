@@ -1,0 +1,107 @@
+"""The producer/consumer hand-off of ``Channel`` under varied timing: nothing lost or stuck."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from dataloaderx.backends import _engine as engine
+from dataloaderx.backends._engine import END, ITEM, Channel, Envelope
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run_pair(depth: int, count: int, seed: int) -> list[int]:
+    """Pass ``count`` items through a channel with random pauses on both sides."""
+    channel = Channel(depth)
+    stop = threading.Event()
+    producer_rng = random.Random(seed)
+    consumer_rng = random.Random(seed + 1)
+
+    def produce() -> None:
+        for index in range(count):
+            if producer_rng.random() < 0.05:
+                time.sleep(producer_rng.choice((0.0001, 0.001, 0.003)))
+            envelope: Envelope = (ITEM, index, None)
+            if not channel.put(envelope, stop):
+                return
+        channel.put((END, None, None), stop)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    received = []
+    try:
+        while True:
+            kind, payload, _ = channel.get(thread.is_alive)
+            if kind == END:
+                break
+            received.append(payload)
+            if consumer_rng.random() < 0.05:
+                time.sleep(consumer_rng.choice((0.0001, 0.001, 0.003)))
+    finally:
+        stop.set()
+        channel.clear()
+        thread.join(5)
+    return received
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 8])
+def test_every_item_arrives_once_in_order(depth: int) -> None:
+    for seed in range(3):
+        assert run_pair(depth, 3000, seed) == list(range(3000))
+
+
+@pytest.mark.parametrize("depth", [2, 8])
+def test_ready_item_is_delivered_while_producer_is_stuck(
+    depth: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast item does not wake a sleeping consumer by itself (it waits for company);
+    it must still be delivered while the producer is stuck making the next one."""
+    monkeypatch.setattr(engine, "FAST_ITEM_SECONDS", 60.0)  # every item counts as fast
+    channel = Channel(depth)
+    stop = threading.Event()
+    consumer_waiting = threading.Event()
+    release = threading.Event()
+
+    def produce() -> None:
+        channel.put((ITEM, 0, None), stop)
+        consumer_waiting.wait(30)
+        time.sleep(0.05)  # let the consumer fall asleep on the empty buffer
+        channel.put((ITEM, 1, None), stop)  # fast, and not a wake-up point
+        release.wait(30)  # a batch that takes "forever"
+        channel.put((END, None, None), stop)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        assert channel.get(thread.is_alive)[1] == 0
+        consumer_waiting.set()
+        assert channel.get(thread.is_alive)[1] == 1
+        assert not release.is_set()
+        assert thread.is_alive()  # delivered before the stuck batch ended
+    finally:
+        release.set()
+        thread.join(5)
+    assert channel.get(thread.is_alive)[0] == END
+
+
+def test_producer_stops_when_full_and_stop_is_set() -> None:
+    channel = Channel(1)
+    stop = threading.Event()
+    assert channel.put((ITEM, 0, None), stop)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(channel.put((ITEM, 1, None), stop)))
+    thread.start()
+    stop.set()
+    thread.join(5)
+    assert results == [False]
+    assert len(channel) == 1
+
+
+def test_consumer_learns_of_a_dead_producer() -> None:
+    channel = Channel(2)
+    with pytest.raises(RuntimeError, match="producer thread ended without delivering"):
+        channel.get(lambda: False)

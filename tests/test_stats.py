@@ -1,0 +1,186 @@
+"""Stall statistics: ``loader.stats``, the ``stats`` option, and their classification."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from dataloaderx import DataLoaderX
+from dataloaderx.stats import LoaderStats
+from tests.helpers import RangeDataset, SlowDataset
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Long enough to dominate scheduling noise on a loaded 2-core machine.
+SLOW = 0.05
+
+
+def consume(loader: DataLoaderX[Any], step_seconds: float = 0.0) -> int:
+    count = 0
+    for _ in loader:
+        if step_seconds:
+            time.sleep(step_seconds)
+        count += 1
+    return count
+
+
+def test_input_bound_run_is_classified_input_bound(backend: str) -> None:
+    loader = DataLoaderX(SlowDataset(8, SLOW), batch_size=1, backend=backend)
+    assert consume(loader) == 8
+    stats = loader.stats
+    assert stats is not None
+    assert stats.bound == "input-bound"
+    assert stats.summary().startswith("input-bound: training waited ")
+    assert "try " in stats.summary()
+
+
+def test_compute_bound_run_is_classified_compute_bound(backend: str) -> None:
+    loader = DataLoaderX(RangeDataset(10), batch_size=1, backend=backend)
+    assert consume(loader, step_seconds=SLOW) == 10
+    stats = loader.stats
+    assert stats is not None
+    assert stats.bound == "compute-bound"
+    assert stats.summary().startswith("compute-bound: data was ready ")
+
+
+def test_counts_every_batch_and_next_call(backend: str) -> None:
+    loader = DataLoaderX(RangeDataset(10), batch_size=3, backend=backend)
+    assert loader.stats is None  # no epoch yet
+    assert consume(loader) == 4
+    stats = loader.stats
+    assert stats is not None
+    assert stats.batches == 4
+    assert sum(stats.occupancy) == 5  # four batches and the call that ended the epoch
+    assert stats.backend == backend
+    assert 0 < stats.wait_seconds <= stats.elapsed_seconds
+    assert stats.produce_seconds > 0
+
+
+def test_early_break_keeps_the_figures_so_far(backend: str) -> None:
+    loader = DataLoaderX(RangeDataset(50), batch_size=2, backend=backend)
+    with iter(loader) as iterator:
+        for _ in range(3):
+            next(iterator)
+        assert loader.stats is not None
+        assert loader.stats.batches == 3
+    second = iter(loader)
+    next(second)
+    second.close()
+    assert loader.stats is not None
+    assert loader.stats.batches == 1  # the latest epoch
+
+
+def test_producer_blocked_time_only_for_threaded_backends(backend: str) -> None:
+    loader = DataLoaderX(RangeDataset(20), batch_size=1, backend=backend)
+    consume(loader, step_seconds=0.002)
+    stats = loader.stats
+    assert stats is not None
+    if backend == "sync":
+        assert stats.producer_blocked_seconds is None
+    else:
+        assert stats.producer_blocked_seconds is not None
+        assert stats.producer_blocked_seconds > 0
+
+
+def test_threaded_backends_report_buffered_batches(backend: str) -> None:
+    loader = DataLoaderX(RangeDataset(12), batch_size=1, backend=backend)
+    consume(loader, step_seconds=0.01)
+    stats = loader.stats
+    assert stats is not None
+    if backend == "sync":
+        assert stats.occupancy == (13,)
+    else:
+        assert stats.mean_occupancy > 0
+
+
+def test_stats_false_turns_recording_off(backend: str) -> None:
+    loader = DataLoaderX(
+        RangeDataset(6), batch_size=2, backend=backend, backend_options={"stats": False}
+    )
+    assert consume(loader) == 3
+    assert loader.stats is None
+
+
+def test_stats_trace_records_a_timeline(backend: str) -> None:
+    options = {"stats": "trace"}
+    loader = DataLoaderX(RangeDataset(6), batch_size=2, backend=backend, backend_options=options)
+    consume(loader)
+    stats = loader.stats
+    assert stats is not None
+    kinds = [kind for kind, _, _ in stats.trace]
+    assert kinds.count("wait") == 4
+    assert kinds.count("produce") == 4  # three batches and the end of the epoch
+    assert all(end >= start for _, start, end in stats.trace)
+
+
+def test_stats_option_accepted_in_backend_mapping() -> None:
+    loader = DataLoaderX(RangeDataset(4), backend={"name": "thread", "depth": 3, "stats": False})
+    assert loader.prefetch_backend.depth == 3  # type: ignore[attr-defined]
+    consume(loader)
+    assert loader.stats is None
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_bad_stats_value_is_rejected(value: object) -> None:
+    with pytest.raises(TypeError, match=r"option 'stats' must be True, False or 'trace', got "):
+        DataLoaderX(RangeDataset(4), backend="sync", backend_options={"stats": value})
+
+
+def test_unknown_option_error_lists_stats(backend: str) -> None:
+    with pytest.raises(TypeError, match=r"unknown option 'stat'; valid options: .*'stats'"):
+        DataLoaderX(RangeDataset(4), backend=backend, backend_options={"stat": True})
+
+
+def test_stats_with_worker_processes() -> None:
+    loader = DataLoaderX(RangeDataset(12), batch_size=2, num_workers=2, backend="thread")
+    assert consume(loader) == 6
+    assert loader.stats is not None
+    assert loader.stats.batches == 6
+    assert loader.stats.num_workers == 2
+
+
+def make_stats(**overrides: Any) -> LoaderStats:
+    fields: dict[str, Any] = {
+        "backend": "thread",
+        "depth": 2,
+        "num_workers": 0,
+        "batches": 10,
+        "elapsed_seconds": 10.0,
+        "wait_seconds": 4.1,
+        "produce_seconds": 9.0,
+        "producer_blocked_seconds": 0.1,
+        "occupancy": (10, 1),
+    }
+    fields.update(overrides)
+    return LoaderStats(**fields)
+
+
+def test_summary_wording() -> None:
+    assert make_stats().summary() == (
+        "input-bound: training waited 41% of the time for data; "
+        "try num_workers>=2 or make batches cheaper"
+    )
+    assert make_stats(wait_seconds=0.1).summary() == "compute-bound: data was ready 99% of the time"
+    assert "backend='thread'" in make_stats(backend="sync", producer_blocked_seconds=None).summary()
+    bursty = make_stats(produce_seconds=3.0, producer_blocked_seconds=2.0, depth=4)
+    assert bursty.summary().endswith("try depth>=8")
+    assert "num_workers>=8" in make_stats(num_workers=4).summary()
+    assert make_stats(batches=0).bound == "no data"
+
+
+class _Items(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor(index)
+
+
+def test_stats_do_not_change_batches(backend: str) -> None:
+    on = list(DataLoaderX(_Items(), backend=backend))
+    off = list(DataLoaderX(_Items(), backend=backend, backend_options={"stats": False}))
+    assert [int(t) for t in on] == [int(t) for t in off] == [0, 1, 2]
