@@ -14,7 +14,7 @@ from dataloaderx._source import GuardedSource
 from dataloaderx.backends.base import Backend
 from dataloaderx.iterator import PrefetchIterator
 from dataloaderx.options import BackendSpec, resolve_backend
-from dataloaderx.stats import LoaderStats, StatsRecorder
+from dataloaderx.stats import EpochStats, LoaderStats
 
 __all__ = ["DataLoaderX"]
 
@@ -66,8 +66,8 @@ class DataLoaderX(DataLoader[T_co]):
         backend: BackendSpec = None,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._prefetch_backend, self._common_options = resolve_backend(backend, backend_options)
-        self._latest_stats: StatsRecorder | None = None
+        self._prefetch_backend, common = resolve_backend(backend, backend_options)
+        self._stats = EpochStats(common.stats)
         self.backend = backend
         self.backend_options = backend_options
         self._previous_epoch: weakref.ref[PrefetchIterator[T_co]] | None = None
@@ -104,22 +104,7 @@ class DataLoaderX(DataLoader[T_co]):
         ``None`` before the first epoch and when ``backend_options={"stats": False}``.
         ``loader.stats.summary()`` says whether training waited for data.
         """
-        recorder = self._latest_stats
-        return None if recorder is None else recorder.snapshot()
-
-    def _new_stats_recorder(self) -> StatsRecorder | None:
-        setting = self._common_options.stats
-        if setting is False:
-            return None
-        depth = getattr(self._prefetch_backend, "depth", None)
-        recorder = StatsRecorder(
-            backend=self._prefetch_backend.name,
-            depth=depth if isinstance(depth, int) else None,
-            num_workers=self.num_workers,
-            trace=setting == "trace",
-        )
-        self._latest_stats = recorder
-        return recorder
+        return self._stats.latest()
 
     @classmethod
     def from_config(
@@ -143,7 +128,10 @@ class DataLoaderX(DataLoader[T_co]):
         inner = super().__iter__()
         release = None if reuses_workers else getattr(inner, "_shutdown_workers", None)
         iterator = PrefetchIterator(
-            inner, self._prefetch_backend, release, self._new_stats_recorder()
+            inner,
+            self._prefetch_backend,
+            release,
+            self._stats.start(self._prefetch_backend, self.num_workers),
         )
         if reuses_workers:
             self._previous_epoch = weakref.ref(iterator)

@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 from dataloaderx._wrapper import ClosesOnExit, delegate
 from dataloaderx.backends.base import Backend
 from dataloaderx.iterator import PrefetchIterator
-from dataloaderx.options import BackendSpec, make_backend
+from dataloaderx.options import BackendSpec, make_backend, resolve_backend
+from dataloaderx.stats import EpochStats, LoaderStats
 
 __all__ = ["Prefetched", "SizedPrefetched", "prefetch"]
 
@@ -37,7 +38,7 @@ def _release_for(iterable: Iterable[Any], inner: Iterator[Any]) -> Callable[[], 
     return close if callable(close) else None
 
 
-def _view_with_prefetched_base(iterable: Iterable[Any], backend: Backend) -> Any:
+def _view_with_prefetched_base(iterable: Iterable[Any], backend: Backend, stats: EpochStats) -> Any:
     """For a loader that wraps a ``base_dataloader`` and updates shared per-batch state as
     it yields (accelerate's ``gradient_state``: end of loader, remainder, accumulation),
     return a copy of it whose base loader is prefetched instead; else ``None``.
@@ -55,7 +56,7 @@ def _view_with_prefetched_base(iterable: Iterable[Any], backend: Backend) -> Any
         return None
     view = object.__new__(type(iterable))
     vars(view).update(attributes)
-    vars(view)["base_dataloader"] = _wrap(base, backend)
+    vars(view)["base_dataloader"] = _wrap(base, backend, stats)
     return view
 
 
@@ -80,6 +81,7 @@ _OWN_ATTRIBUTES: Final = frozenset(
         "_read",
         "_runner",
         "_base",
+        "_stats",
     }
 )
 
@@ -96,13 +98,14 @@ class Prefetched(ClosesOnExit, Generic[T]):
     the wrapped iterable.
     """
 
-    def __init__(self, iterable: Iterable[T], backend: Backend) -> None:
+    def __init__(self, iterable: Iterable[T], backend: Backend, stats: EpochStats) -> None:
         self._iterable = iterable
         self._backend = backend
+        self._stats = stats
         self._one_shot = isinstance(iterable, Iterator)
         self._epochs_started = 0
         self._current: weakref.ref[PrefetchIterator[T]] | None = None
-        view = _view_with_prefetched_base(iterable, backend)
+        view = _view_with_prefetched_base(iterable, backend, stats)
         #: What each epoch iterates, the backend it runs through, and the prefetched
         #: base loader inside it, if any.
         self._read: Iterable[T] = iterable if view is None else view
@@ -119,6 +122,11 @@ class Prefetched(ClosesOnExit, Generic[T]):
         """The configured backend instance (resolved name and validated options)."""
         return self._backend
 
+    @property
+    def stats(self) -> LoaderStats | None:
+        """Stall statistics of the latest (or current) epoch, as ``DataLoaderX.stats``."""
+        return self._stats.latest() if self._base is None else self._base.stats
+
     def __iter__(self) -> PrefetchIterator[T]:
         if self._one_shot and self._epochs_started:
             raise RuntimeError(
@@ -131,7 +139,10 @@ class Prefetched(ClosesOnExit, Generic[T]):
         release = _release_for(self._read, inner)
         if self._base is not None:
             release = _both(release, self._base.close)
-        iterator = PrefetchIterator(inner, self._runner, release)
+        recorder = None
+        if self._base is None:
+            recorder = self._stats.start(self._backend, getattr(self._read, "num_workers", 0))
+        iterator = PrefetchIterator(inner, self._runner, release, recorder)
         self._epochs_started += 1
         self._current = weakref.ref(iterator)
         return iterator
@@ -214,10 +225,11 @@ def prefetch(
             "prefetch() needs an iterable of batches (a loader, a generator, ...), "
             f"got {iterable!r} ({type(iterable).__name__})"
         )
-    return _wrap(iterable, make_backend(backend, backend_options))
+    resolved, common = resolve_backend(backend, backend_options)
+    return _wrap(iterable, resolved, EpochStats(common.stats))
 
 
-def _wrap(iterable: Iterable[T], backend: Backend) -> Prefetched[T]:
+def _wrap(iterable: Iterable[T], backend: Backend, stats: EpochStats) -> Prefetched[T]:
     if isinstance(iterable, Sized):
-        return SizedPrefetched(iterable, backend)
-    return Prefetched(iterable, backend)
+        return SizedPrefetched(iterable, backend, stats)
+    return Prefetched(iterable, backend, stats)

@@ -14,10 +14,14 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from dataloaderx.backends.base import Backend
 
 __all__ = [
     "INPUT_BOUND_FRACTION",
+    "EpochStats",
     "LoaderStats",
     "StatsRecorder",
     "TimedSource",
@@ -190,3 +194,32 @@ class TimedSource(Generic[T]):
             return next(self._source)
         finally:
             self._recorder.record_produce(start, perf_counter())
+
+
+class EpochStats:
+    """Starts one :class:`StatsRecorder` per epoch (unless stats are off); keeps the latest.
+
+    ``setting`` is the ``stats`` option: ``True``, ``False`` or ``"trace"``.
+    """
+
+    def __init__(self, setting: bool | str) -> None:
+        self.setting = setting
+        self._latest: StatsRecorder | None = None
+
+    def start(self, backend: Backend, num_workers: object) -> StatsRecorder | None:
+        """Return the recorder for a new epoch of ``backend``, or ``None`` when stats are off."""
+        if self.setting is False:
+            return None
+        depth = getattr(backend, "depth", None)
+        recorder = StatsRecorder(
+            backend=backend.name,
+            depth=depth if isinstance(depth, int) else None,
+            num_workers=num_workers if isinstance(num_workers, int) else 0,
+            trace=self.setting == "trace",
+        )
+        self._latest = recorder
+        return recorder
+
+    def latest(self) -> LoaderStats | None:
+        """The latest (or current) epoch's figures, or ``None`` before the first one."""
+        return None if self._latest is None else self._latest.snapshot()

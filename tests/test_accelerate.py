@@ -36,9 +36,14 @@ def test_prepared_loader_prefetches_every_epoch(
     batches = prefetch(prepared, backend=backend)
     assert isinstance(batches, SizedPrefetched)
     assert len(batches) == len(prepared) == 4
+    assert batches.stats is None
     for epoch in range(2):
         assert_same_events(run_events(iter(batches)), expected)
         assert batches.iteration == epoch + 1
+        stats = batches.stats  # recorded where the backend prefetches: the base loader
+        assert stats is not None
+        assert stats.batches == 4
+        assert stats.backend == backend
 
 
 def test_prepare_then_prefetch_keeps_a_dataloaderx_configuration(

@@ -184,3 +184,21 @@ def test_stats_do_not_change_batches(backend: str) -> None:
     on = list(DataLoaderX(_Items(), backend=backend))
     off = list(DataLoaderX(_Items(), backend=backend, backend_options={"stats": False}))
     assert [int(t) for t in on] == [int(t) for t in off] == [0, 1, 2]
+
+
+def test_prefetch_records_stats_like_the_loader(backend: str) -> None:
+    from torch.utils.data import DataLoader
+
+    from dataloaderx import prefetch
+
+    batches = prefetch(DataLoader(SlowDataset(6, SLOW), batch_size=1), backend=backend)
+    assert batches.stats is None  # no epoch yet
+    assert sum(1 for _ in batches) == 6
+    stats = batches.stats
+    assert stats is not None
+    assert stats.batches == 6
+    assert stats.backend == backend
+    assert stats.bound == "input-bound"
+    quiet = prefetch(range(4), backend=backend, backend_options={"stats": False})
+    assert list(quiet) == [0, 1, 2, 3]
+    assert quiet.stats is None
