@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -17,10 +18,14 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any]) -> None:
+    # One budget for both waits, so that close() (and interpreter exit after Ctrl-C) is
+    # bounded even when the producer is stuck inside a DataLoader wait; a producer still
+    # inside ``next()`` afterwards releases the source itself on its way out.
+    deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
     try:
         stream.close()
     finally:
-        source.close(timeout=JOIN_TIMEOUT_SECONDS)
+        source.close(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class PrefetchIterator(Generic[T_co]):

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from dataloaderx._suggest import did_you_mean, quoted
 from dataloaderx.backends.base import Backend
-from dataloaderx.errors import BackendUnavailableError
+from dataloaderx.errors import BackendUnavailableError, UnknownBackendError
 from dataloaderx.registry import get_backend
 
 __all__ = ["DEFAULT_BACKEND", "ENV_VAR", "BackendSpec", "backend_option_names", "make_backend"]
@@ -74,7 +74,15 @@ def make_backend(backend: BackendSpec, backend_options: Mapping[str, Any] | None
                 f"got {backend_options!r} ({type(backend_options).__name__})"
             )
         options.update(backend_options)
-    backend_class = get_backend(name)
+    try:
+        backend_class = get_backend(name)
+    except UnknownBackendError as exc:
+        if backend is not None:
+            raise
+        raise UnknownBackendError(
+            f"{exc} (the name comes from the {ENV_VAR} environment variable; "
+            "set it to a valid name or unset it)"
+        ) from None
     reason = backend_class.unavailable_reason()
     if reason is not None:
         raise BackendUnavailableError(reason)

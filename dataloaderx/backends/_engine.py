@@ -46,7 +46,9 @@ T = TypeVar("T")
 #: Longest single sleep of any blocking wait before it re-checks its stop flag.
 POLL_SECONDS: Final = 0.05
 #: How long ``close()`` waits for the producer thread to finish the batch it is making.
-JOIN_TIMEOUT_SECONDS: Final = 5.0
+#: Kept below DataLoader's 5 s worker-status poll, so that closing (for example at
+#: interpreter exit after Ctrl-C killed the workers) never waits out that poll.
+JOIN_TIMEOUT_SECONDS: Final = 3.0
 
 ITEM: Final = 0
 ERROR: Final = 1
