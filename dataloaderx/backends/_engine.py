@@ -242,7 +242,10 @@ class ThreadedStream(Generic[T]):
         self._stop.set()
         thread = self.thread
         if thread is threading.current_thread():
-            return  # garbage collection ran the finaliser inside the producer thread
+            # Garbage collection ran the finaliser inside the producer thread: make room
+            # so that its next put cannot wait for a consumer that is gone.
+            self._drain()
+            return
         deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
         while True:
             self._drain()

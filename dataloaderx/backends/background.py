@@ -75,10 +75,13 @@ class BackgroundBackend(Backend):
                 return (FATAL, payload, None)
 
         def drain() -> None:
-            try:
-                while True:
-                    pending.get_nowait()
-            except queue.Empty:
-                pass
+            # Runs only while closing. BackgroundGenerator's puts never time out, and when
+            # the garbage collector closes the stream inside that very thread nobody would
+            # drain again: so lift the bound, letting its last puts (the batch in hand and
+            # its end marker) through, and wake a put already waiting.
+            with pending.mutex:
+                pending.maxsize = 0
+                pending.queue.clear()
+                pending.not_full.notify_all()
 
         return ThreadedStream(thread=generator, stop=stop, receive=receive, drain=drain)
