@@ -1,4 +1,4 @@
-"""An abandoned iterator may be garbage collected in its own producer thread: nothing hangs."""
+"""Shutdown corner cases found by the reliability tests: the producer never outlives close()."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 
 from dataloaderx import DataLoaderX, get_backend
 from dataloaderx.options import backend_option_names
-from tests.helpers import wait_until_clean
+from tests.helpers import RangeDataset, wait_until_clean
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,10 +35,11 @@ class CollectingDataset(Dataset[torch.Tensor]):
 def test_iterator_collected_in_its_producer_thread_stops(backend: str) -> None:
     threads = set(threading.enumerate())
     go = threading.Event()
-    options = backend_option_names(get_backend(backend))
-    depth = {"depth": 1} if options is None or "depth" in options else {}
     loader = DataLoaderX(
-        CollectingDataset(50, go), batch_size=1, backend=backend, backend_options=depth
+        CollectingDataset(50, go),
+        batch_size=1,
+        backend=backend,
+        backend_options=_depth_one(backend),
     )
     iterator = iter(loader)
     assert int(next(iterator)) == 0
@@ -46,4 +47,20 @@ def test_iterator_collected_in_its_producer_thread_stops(backend: str) -> None:
     del iterator
     go.set()  # the producer, making batch 2 with its buffer full, runs the collector
     left, _ = wait_until_clean(threads, set(), within=2.0)
+    assert left == []
+
+
+def _depth_one(backend: str) -> dict[str, int]:
+    options = backend_option_names(get_backend(backend))
+    return {"depth": 1} if options is None or "depth" in options else {}
+
+
+@pytest.mark.parametrize("size", [0, 1, 2])
+def test_short_epochs_with_a_full_buffer_leave_no_thread(backend: str, size: int) -> None:
+    # The producer's end marker must get through even when its buffer of 1 is full.
+    threads = set(threading.enumerate())
+    loader = DataLoaderX(RangeDataset(size), backend=backend, backend_options=_depth_one(backend))
+    for _ in range(3):
+        assert len(list(loader)) == size
+    left, _ = wait_until_clean(threads, set(), within=1.0)
     assert left == []
