@@ -233,16 +233,16 @@ def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None
     """Install fake ``dataloaderx.backends`` entry points and re-run plugin discovery.
 
     The registry scans entry points once per process and has no public reset; this fixture
-    resets its private state and removes the fake entries afterwards.
+    resets its private state and restores the registry's tables afterwards.
     """
-    installed: list[str] = []
+    with registry._lock:
+        saved = dict(registry._entries), dict(registry._aliases)
 
     def install(**targets: str) -> None:
         points = [
             importlib.metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
             for name, value in targets.items()
         ]
-        installed.extend(targets)
 
         def entry_points(**params: Any) -> list[importlib.metadata.EntryPoint]:
             return points if params.get("group") == ENTRY_POINT_GROUP else []
@@ -252,8 +252,10 @@ def fake_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None
 
     yield install
     with registry._lock:
-        for name in installed:
-            registry._entries.pop(name, None)
+        registry._entries.clear()
+        registry._entries.update(saved[0])
+        registry._aliases.clear()
+        registry._aliases.update(saved[1])
 
 
 def test_plugin_that_fails_to_import(fake_plugins: Callable[..., None]) -> None:

@@ -100,26 +100,43 @@ def test_killed_worker_raises_dataloaders_error_and_the_next_loader_works(backen
     assert outcome["next_loader_works"] is True
 
 
-@pytest.mark.parametrize("kind", ["DataLoader", "DataLoaderX"])
-def test_stuck_worker_times_out_like_dataloader(backend: str, kind: str) -> None:
-    timeout, stuck_for = 0.5, 2.5
-    extra = {"backend": backend} if kind == "DataLoaderX" else {}
-    cls = DataLoaderX if kind == "DataLoaderX" else DataLoader
+TIMEOUT, STUCK_FOR = 0.5, 2.5
+
+
+def _stuck(cls: type[DataLoader[Any]], **kwargs: Any) -> tuple[list[Any], float]:
+    """Events up to the first error from a loader whose third item hangs, and when it came."""
     loader = cls(
-        StuckDataset(6, stuck_at=2, stuck_for=stuck_for),
+        StuckDataset(6, stuck_at=2, stuck_for=STUCK_FOR),
         batch_size=1,
         num_workers=1,
-        timeout=timeout,
-        **extra,
+        timeout=TIMEOUT,
+        **kwargs,
     )
     started = time.monotonic()
     iterator = iter(loader)
     events = run_events_until_error(iterator)
     failed_after = time.monotonic() - started
     del iterator
-    assert [kind for kind, _, _ in events] == ["batch", "batch", "error"]
-    assert events[2][1:] == (RuntimeError, f"DataLoader timed out after {timeout} seconds")
-    assert timeout <= failed_after < stuck_for
+    return events, failed_after
+
+
+EXPECTED_TIMEOUT_EVENTS = [
+    ("batch", 0, None),
+    ("batch", 1, None),
+    ("error", RuntimeError, f"DataLoader timed out after {TIMEOUT} seconds"),
+]
+
+
+def test_dataloader_reference_for_a_stuck_worker() -> None:
+    events, failed_after = _stuck(DataLoader)
+    assert events == EXPECTED_TIMEOUT_EVENTS
+    assert TIMEOUT <= failed_after < STUCK_FOR
+
+
+def test_stuck_worker_times_out_like_dataloader(backend: str) -> None:
+    events, failed_after = _stuck(DataLoaderX, backend=backend)
+    assert events == EXPECTED_TIMEOUT_EVENTS
+    assert TIMEOUT <= failed_after < STUCK_FOR
 
 
 def run_events_until_error(iterator: Any) -> list[tuple[str, Any, Any]]:
