@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from dataloaderx import get_backend
+from dataloaderx.options import backend_option_names
 from tests.helpers import Pair
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +66,12 @@ class StuckDataset(Dataset[torch.Tensor]):
         if index == self.stuck_at:
             time.sleep(self.stuck_for)
         return torch.tensor(index)
+
+
+def takes_depth(backend: str) -> bool:
+    """Whether ``backend`` accepts a ``depth`` option."""
+    options = backend_option_names(get_backend(backend))
+    return options is None or "depth" in options
 
 
 def free_port() -> int:

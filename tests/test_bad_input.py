@@ -24,9 +24,10 @@ from dataloaderx import (
     UnknownBackendError,
     available_backends,
 )
-from dataloaderx.options import ENV_VAR, backend_option_names
+from dataloaderx.options import ENV_VAR
 from dataloaderx.registry import ENTRY_POINT_GROUP, get_backend
 from tests.helpers import RangeDataset, child_pids
+from tests.reliability_support import takes_depth
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -162,12 +163,7 @@ CASES: dict[str, Case] = {
 
 
 def _depth_backends() -> list[str]:
-    names = []
-    for name in available_backends():
-        options = backend_option_names(get_backend(name))
-        if options is None or "depth" in options:
-            names.append(name)
-    return names
+    return [name for name in available_backends() if takes_depth(name)]
 
 
 DEPTHS: dict[str, tuple[object, type[Exception], str]] = {

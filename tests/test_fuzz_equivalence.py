@@ -14,10 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from dataloaderx import DataLoaderX, get_backend
-from dataloaderx.options import backend_option_names
+from dataloaderx import DataLoaderX
 from tests.helpers import Event, assert_same_events, child_pids, wait_until_clean
-from tests.reliability_support import ITEM_KINDS, KindDataset
+from tests.reliability_support import ITEM_KINDS, KindDataset, takes_depth
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -99,11 +98,6 @@ def epochs(loader: DataLoader[Any], config: Config) -> list[list[Event]]:
     return events
 
 
-def _takes_depth(backend: str) -> bool:
-    options = backend_option_names(get_backend(backend))
-    return options is None or "depth" in options
-
-
 @settings(
     max_examples=EXAMPLES_PER_BACKEND,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -114,7 +108,7 @@ def test_random_configurations_match_dataloader(backend: str, config: Config) ->
     children = child_pids()
     fail_at = frozenset() if config.fail_at is None else frozenset({config.fail_at})
     dataset = KindDataset(config.size, config.kind, fail_at)
-    options = {"depth": config.depth} if _takes_depth(backend) else {}
+    options = {"depth": config.depth} if takes_depth(backend) else {}
     try:
         reference = DataLoader(dataset, **config.loader_kwargs())
     except ValueError as exc:  # for example shuffling an empty dataset

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from dataloaderx import DataLoaderX, get_backend
-from dataloaderx.options import backend_option_names
+from dataloaderx import DataLoaderX
 from tests.helpers import RangeDataset, wait_until_clean
+from tests.reliability_support import takes_depth
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,8 +51,7 @@ def test_iterator_collected_in_its_producer_thread_stops(backend: str) -> None:
 
 
 def _depth_one(backend: str) -> dict[str, int]:
-    options = backend_option_names(get_backend(backend))
-    return {"depth": 1} if options is None or "depth" in options else {}
+    return {"depth": 1} if takes_depth(backend) else {}
 
 
 @pytest.mark.parametrize("size", [0, 1, 2])
