@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -17,7 +18,11 @@ __all__ = ["PrefetchIterator"]
 T_co = TypeVar("T_co", covariant=True)
 
 
-def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any]) -> None:
+def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any], owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        # A forked child (a DataLoader worker, say) inherited this iterator: its thread
+        # does not exist here and its workers and queues belong to the parent.
+        return
     # One budget for both waits, so that close() (and interpreter exit after Ctrl-C) is
     # bounded even when the producer is stuck inside a DataLoader wait; a producer still
     # inside ``next()`` afterwards releases the source itself on its way out.
@@ -47,7 +52,9 @@ class PrefetchIterator(Generic[T_co]):
         self._num_yielded = 0
         self._source: GuardedSource[T_co] = GuardedSource(inner, release)
         self._stream: BatchStream[T_co] = backend.open(self._source)
-        self._finalizer = weakref.finalize(self, _shut_down, self._stream, self._source)
+        self._finalizer = weakref.finalize(
+            self, _shut_down, self._stream, self._source, os.getpid()
+        )
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import pytest
@@ -63,3 +64,23 @@ def test_short_epochs_with_a_full_buffer_leave_no_thread(backend: str, size: int
         assert len(list(loader)) == size
     left, _ = wait_until_clean(threads, set(), within=1.0)
     assert left == []
+
+
+def test_closing_in_a_forked_child_leaves_the_parents_workers_alone(backend: str) -> None:
+    # A forked process (a DataLoader worker, for example) inherits the parent's iterators;
+    # the garbage collector may finalise one there. That must not stop the parent's epoch.
+    loader = DataLoaderX(RangeDataset(12), batch_size=2, num_workers=2, backend=backend)
+    iterator = iter(loader)
+    first = next(iterator)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            iterator.close()
+        except BaseException:  # noqa: BLE001 - reported through the exit status
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    rest = list(iterator)
+    assert [int(batch[0, 0]) for batch in [first, *rest]] == [0, 2, 4, 6, 8, 10]
