@@ -29,20 +29,25 @@ class GuardedSource(Generic[T]):
         self._lock = threading.Lock()
         self._close_requested = False
         self._released = False
+        self._holder: int | None = None
 
     def __iter__(self) -> GuardedSource[T]:
         return self
 
     def __next__(self) -> T:
         with self._lock:
-            if self._close_requested:
-                self._release_locked()
-                raise StopIteration
+            self._holder = threading.get_ident()
             try:
-                return next(self._iterator)
-            finally:
                 if self._close_requested:
                     self._release_locked()
+                    raise StopIteration
+                try:
+                    return next(self._iterator)
+                finally:
+                    if self._close_requested:
+                        self._release_locked()
+            finally:
+                self._holder = None
 
     @property
     def released(self) -> bool:
@@ -57,6 +62,8 @@ class GuardedSource(Generic[T]):
         happened here; if not, the thread inside ``next()`` does it on its way out.
         """
         self._close_requested = True
+        if self._holder == threading.get_ident():
+            return False  # a finaliser inside our own next(), which releases on its way out
         waited = 0.0
         while not self._lock.acquire(timeout=POLL_SECONDS):
             waited += POLL_SECONDS

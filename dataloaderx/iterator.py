@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from time import perf_counter
@@ -18,11 +20,19 @@ __all__ = ["PrefetchIterator"]
 T_co = TypeVar("T_co", covariant=True)
 
 
-def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any]) -> None:
+def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any], owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        # A forked child (a DataLoader worker, say) inherited this iterator: its thread
+        # does not exist here and its workers and queues belong to the parent.
+        return
+    # One budget for both waits, so that close() (and interpreter exit after Ctrl-C) is
+    # bounded even when the producer is stuck inside a DataLoader wait; a producer still
+    # inside ``next()`` afterwards releases the source itself on its way out.
+    deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
     try:
         stream.close()
     finally:
-        source.close(timeout=JOIN_TIMEOUT_SECONDS)
+        source.close(timeout=max(0.0, deadline - time.monotonic()))
 
 
 _OWN_ATTRIBUTES: Final = frozenset(
@@ -54,7 +64,9 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         opened = self._source if stats is None else TimedSource(self._source, stats)
         self._stream: BatchStream[T_co] = backend.open(opened)
         self._buffered: Callable[[], int] | None = getattr(self._stream, "buffered", None)
-        self._finalizer = weakref.finalize(self, _shut_down, self._stream, self._source)
+        self._finalizer = weakref.finalize(
+            self, _shut_down, self._stream, self._source, os.getpid()
+        )
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         return self

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from dataloaderx._suggest import did_you_mean, quoted
 from dataloaderx.backends.base import Backend
-from dataloaderx.errors import BackendUnavailableError
+from dataloaderx.errors import BackendUnavailableError, UnknownBackendError
 from dataloaderx.registry import get_backend
 
 __all__ = [
@@ -113,7 +113,15 @@ def resolve_backend(
                 f"got {backend_options!r} ({type(backend_options).__name__})"
             )
         options.update(backend_options)
-    backend_class = get_backend(name)
+    try:
+        backend_class = get_backend(name)
+    except UnknownBackendError as exc:
+        if backend is not None:
+            raise
+        raise UnknownBackendError(
+            f"{exc} (the name comes from the {ENV_VAR} environment variable; "
+            "set it to a valid name or unset it)"
+        ) from None
     reason = backend_class.unavailable_reason()
     if reason is not None:
         raise BackendUnavailableError(reason)

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from hypothesis import settings
 
 from dataloaderx import available_backends
 from tests.helpers import child_pids, wait_until_clean
@@ -39,3 +40,9 @@ def no_leaks() -> Iterator[None]:
     left_threads, left_children = wait_until_clean(threads, children, within=5.0)
     assert not left_threads, f"threads left running: {left_threads}"
     assert not left_children, f"child processes left running: {left_children}"
+
+
+# Hypothesis: no example database in the repository, no per-example deadline (the
+# machines running CI are slow and shared); a failure prints a blob to reproduce it.
+settings.register_profile("dataloaderx", database=None, deadline=None, print_blob=True)
+settings.load_profile("dataloaderx")

@@ -105,3 +105,14 @@ def test_consumer_learns_of_a_dead_producer() -> None:
     channel = Channel(2)
     with pytest.raises(RuntimeError, match="producer thread ended without delivering"):
         channel.get(lambda: False)
+
+
+def test_interrupt_while_waiting_is_not_chained_to_an_index_error() -> None:
+    from dataloaderx.backends._engine import Channel
+
+    def interrupted() -> bool:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        Channel(2).get(interrupted)
+    assert info.value.__context__ is None

@@ -53,7 +53,9 @@ FAST_ITEM_SECONDS: Final = 0.0005
 #: Longest wait of a consumer for fast batches before it re-checks the buffer.
 FAST_POLL_SECONDS: Final = 0.002
 #: How long ``close()`` waits for the producer thread to finish the batch it is making.
-JOIN_TIMEOUT_SECONDS: Final = 5.0
+#: Kept below DataLoader's 5 s worker-status poll, so that closing (for example at
+#: interpreter exit after Ctrl-C killed the workers) never waits out that poll.
+JOIN_TIMEOUT_SECONDS: Final = 3.0
 
 ITEM: Final = 0
 ERROR: Final = 1
@@ -188,9 +190,14 @@ class Channel:
     def get(self, producer_alive: Callable[[], bool]) -> Envelope:
         """Return the oldest item, waiting for one while the producer is alive."""
         items = self._items
+        item: Envelope | None
         try:
             item = items.popleft()
         except IndexError:
+            item = None
+        if item is None:
+            # Waiting outside the ``except`` block keeps an interrupt raised while waiting
+            # from being reported as raised "during handling of" the IndexError.
             item = self._wait_for_item(producer_alive)
         if len(items) == self._low_water:
             self._not_full.set()
@@ -283,7 +290,10 @@ class ThreadedStream(Generic[T]):
         self._stop.set()
         thread = self.thread
         if thread is threading.current_thread():
-            return  # garbage collection ran the finaliser inside the producer thread
+            # Garbage collection ran the finaliser inside the producer thread: make room
+            # so that its next put cannot wait for a consumer that is gone.
+            self._drain()
+            return
         deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
         while True:
             self._drain()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -75,11 +76,15 @@ class BackgroundBackend(Backend):
                 return (FATAL, payload, None)
 
         def drain() -> None:
-            try:
-                while True:
-                    pending.get_nowait()
-            except queue.Empty:
-                pass
+            # Runs only while closing. BackgroundGenerator's puts never time out, and when
+            # the garbage collector closes the stream inside that very thread nobody would
+            # drain again: so lift the bound, letting its last puts (the batch in hand and
+            # its end marker) through, and wake a put already waiting. (``maxsize = 0``
+            # would not do: a put already waiting loops while ``qsize() >= maxsize``.)
+            with pending.mutex:
+                pending.maxsize = sys.maxsize
+                pending.queue.clear()
+                pending.not_full.notify_all()
 
         return ThreadedStream(
             thread=generator,

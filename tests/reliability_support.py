@@ -1,0 +1,119 @@
+"""Datasets and subprocess helpers for the reliability tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from dataloaderx import get_backend
+from dataloaderx.options import backend_option_names
+from tests.helpers import Pair
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "scenarios"
+
+#: The batch structures the fuzzing test draws from.
+ITEM_KINDS = ("tensor", "int", "tuple", "dict", "namedtuple")
+
+
+class KindDataset(Dataset[Any]):
+    """Item ``i`` as one of :data:`ITEM_KINDS`; raises ``ValueError`` at indices in ``fail_at``."""
+
+    def __init__(self, size: int, kind: str, fail_at: frozenset[int] = frozenset()) -> None:
+        self.size = size
+        self.kind = kind
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> Any:
+        if index in self.fail_at:
+            raise ValueError(f"bad index {index}")
+        if self.kind == "tensor":
+            return torch.tensor([index, -index])
+        if self.kind == "int":
+            return index
+        if self.kind == "tuple":
+            return (torch.tensor(index), float(index) / 2, f"s{index}")
+        if self.kind == "dict":
+            return {"x": torch.full((2,), float(index)), "y": index % 5, "tag": f"t{index}"}
+        return Pair(torch.tensor([index]), {"z": torch.tensor(index * 3)})
+
+
+class StuckDataset(Dataset[torch.Tensor]):
+    """Item ``stuck_at`` sleeps ``stuck_for`` seconds; the others return at once."""
+
+    def __init__(self, size: int, stuck_at: int, stuck_for: float) -> None:
+        self.size = size
+        self.stuck_at = stuck_at
+        self.stuck_for = stuck_for
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == self.stuck_at:
+            time.sleep(self.stuck_for)
+        return torch.tensor(index)
+
+
+def takes_depth(backend: str) -> bool:
+    """Whether ``backend`` accepts a ``depth`` option."""
+    options = backend_option_names(get_backend(backend))
+    return options is None or "depth" in options
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def scenario_command(script: str, *args: str) -> list[str]:
+    """The command line running ``tests/scenarios/<script>`` with this interpreter."""
+    return [sys.executable, str(SCRIPTS / script), *args]
+
+
+def scenario_env() -> dict[str, str]:
+    """The environment for a scenario subprocess: the repository importable, output unbuffered."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_scenario(
+    script: str, args: Sequence[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a scenario in its own session; after ``timeout`` seconds kill it and its children."""
+    command = scenario_command(script, *args) if script.endswith(".py") else [script, *args]
+    process = subprocess.Popen(
+        command,
+        env=scenario_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"{command} did not finish within {timeout} s\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        ) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)

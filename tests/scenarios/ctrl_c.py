@@ -1,0 +1,31 @@
+"""Iterate a slow DataLoaderX until SIGINT arrives; report when KeyboardInterrupt reached us.
+
+Usage: ctrl_c.py BACKEND NUM_WORKERS. Prints ``READY`` after the first batch, then
+``INTERRUPTED <time.time()>`` when the loop sees ``KeyboardInterrupt``, which it re-raises.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from dataloaderx import DataLoaderX
+from tests.helpers import SlowDataset
+
+
+def main(backend: str, num_workers: int) -> None:
+    loader = DataLoaderX(
+        SlowDataset(10_000, 0.2), batch_size=1, num_workers=num_workers, backend=backend
+    )
+    try:
+        for index, _batch in enumerate(loader):
+            if index == 0:
+                print("READY", flush=True)
+    except KeyboardInterrupt:
+        print(f"INTERRUPTED {time.time()}", flush=True)
+        raise
+    print("EPOCH ENDED WITHOUT AN INTERRUPT", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))

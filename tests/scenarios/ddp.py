@@ -1,0 +1,90 @@
+"""One rank of the DDP test; run with ``torchrun --nproc-per-node 2 ddp.py OUT_JSON``.
+
+For every available backend and ``num_workers`` 0 and 2, over 3 epochs with ``set_epoch``:
+this rank's batches equal DataLoader's; the ranks together cover the dataset exactly once;
+the order changes between epochs; and an ``all_reduce`` of each step's batch sum equals
+the sum a single process computes for all ranks. Rank 0 writes a summary to OUT_JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+from dataloaderx import DataLoaderX, available_backends
+from tests.helpers import RangeDataset, assert_same
+
+DATASET = RangeDataset(44)
+BATCH_SIZE = 4
+SEED = 11
+EPOCHS = 3
+
+
+def step_sums_for_all_ranks(world: int, epoch: int) -> list[int]:
+    """The per-step sum over all ranks, computed in this one process."""
+    totals: list[int] = []
+    for rank in range(world):
+        sampler = DistributedSampler(DATASET, num_replicas=world, rank=rank, seed=SEED)
+        sampler.set_epoch(epoch)
+        for step, batch in enumerate(DataLoader(DATASET, BATCH_SIZE, sampler=sampler)):
+            value = int(batch[:, 0].sum())
+            if step == len(totals):
+                totals.append(value)
+            else:
+                totals[step] += value
+    return totals
+
+
+def check(backend: str, num_workers: int, world: int) -> int:
+    ours = DistributedSampler(DATASET, seed=SEED)
+    theirs = DistributedSampler(DATASET, seed=SEED)
+    loader = DataLoaderX(
+        DATASET, BATCH_SIZE, sampler=ours, num_workers=num_workers, backend=backend
+    )
+    reference = DataLoader(DATASET, BATCH_SIZE, sampler=theirs, num_workers=num_workers)
+    orders = []
+    for epoch in range(EPOCHS):
+        ours.set_epoch(epoch)
+        theirs.set_epoch(epoch)
+        batches = list(loader)
+        assert_same(batches, list(reference))
+        mine = torch.cat(batches)[:, 0].tolist()
+        everyone: list[list[int] | None] = [None] * world
+        dist.all_gather_object(everyone, mine)
+        covered = sorted(index for part in everyone for index in part or [])
+        assert covered == list(range(len(DATASET))), (backend, num_workers, epoch, covered)
+        orders.append(everyone)
+        expected = step_sums_for_all_ranks(world, epoch)
+        assert len(batches) == len(expected)
+        for step, batch in enumerate(batches):
+            total = batch[:, 0].sum()
+            dist.all_reduce(total)
+            assert int(total) == expected[step], (backend, num_workers, epoch, step)
+    assert orders[0] != orders[1] != orders[2], "the shuffle did not change between epochs"
+    return EPOCHS
+
+
+def main(out: str) -> None:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    backends = available_backends()
+    epochs = 0
+    try:
+        for backend in backends:
+            for num_workers in (0, 2):
+                epochs += check(backend, num_workers, world)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        with open(out, "w", encoding="utf-8") as file:
+            json.dump({"world": world, "backends": backends, "epochs_checked": epochs}, file)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,86 @@
+"""Shutdown corner cases found by the reliability tests: the producer never outlives close()."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from dataloaderx import DataLoaderX
+from tests.helpers import RangeDataset, wait_until_clean
+from tests.reliability_support import takes_depth
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class CollectingDataset(Dataset[torch.Tensor]):
+    """From index 2 on, waits for ``go`` and then runs the garbage collector."""
+
+    def __init__(self, size: int, go: threading.Event) -> None:
+        self.size = size
+        self.go = go
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index >= 2 and self.go.wait(timeout=10.0):
+            gc.collect()
+        return torch.tensor(index)
+
+
+def test_iterator_collected_in_its_producer_thread_stops(backend: str) -> None:
+    threads = set(threading.enumerate())
+    go = threading.Event()
+    loader = DataLoaderX(
+        CollectingDataset(50, go),
+        batch_size=1,
+        backend=backend,
+        backend_options=_depth_one(backend),
+    )
+    iterator = iter(loader)
+    assert int(next(iterator)) == 0
+    iterator.cycle = iterator  # only the garbage collector can free it now
+    del iterator
+    go.set()  # the producer, making batch 2 with its buffer full, runs the collector
+    left, _ = wait_until_clean(threads, set(), within=2.0)
+    assert left == []
+
+
+def _depth_one(backend: str) -> dict[str, int]:
+    return {"depth": 1} if takes_depth(backend) else {}
+
+
+@pytest.mark.parametrize("size", [0, 1, 2])
+def test_short_epochs_with_a_full_buffer_leave_no_thread(backend: str, size: int) -> None:
+    # The producer's end marker must get through even when its buffer of 1 is full.
+    threads = set(threading.enumerate())
+    loader = DataLoaderX(RangeDataset(size), backend=backend, backend_options=_depth_one(backend))
+    for _ in range(3):
+        assert len(list(loader)) == size
+    left, _ = wait_until_clean(threads, set(), within=1.0)
+    assert left == []
+
+
+def test_closing_in_a_forked_child_leaves_the_parents_workers_alone(backend: str) -> None:
+    # A forked process (a DataLoader worker, for example) inherits the parent's iterators;
+    # the garbage collector may finalise one there. That must not stop the parent's epoch.
+    loader = DataLoaderX(RangeDataset(12), batch_size=2, num_workers=2, backend=backend)
+    iterator = iter(loader)
+    first = next(iterator)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            iterator.close()
+        except BaseException:  # noqa: BLE001 - reported through the exit status
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    rest = list(iterator)
+    assert [int(batch[0, 0]) for batch in [first, *rest]] == [0, 2, 4, 6, 8, 10]
