@@ -91,7 +91,7 @@ CASES: dict[str, Case] = {
     "option for a backend without options": Case(
         _loader(backend="sync", backend_options={"depth": 2}),
         TypeError,
-        ("'depth'", "'sync'", "valid options: (none)"),
+        ("'depth'", "'sync'", "valid options: 'stats'"),
     ),
     "backend_options not a mapping": Case(
         _loader(backend="thread", backend_options=[("depth", 2)]),
