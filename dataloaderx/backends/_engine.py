@@ -55,7 +55,7 @@ FAST_POLL_SECONDS: Final = 0.002
 #: How long ``close()`` waits for the producer thread to finish the batch it is making.
 #: Kept below DataLoader's 5 s worker-status poll, so that closing (for example at
 #: interpreter exit after Ctrl-C killed the workers) never waits out that poll.
-JOIN_TIMEOUT_SECONDS: Final = 3.0
+JOIN_TIMEOUT_SECONDS: Final = 1.0
 
 ITEM: Final = 0
 ERROR: Final = 1
