@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
-from types import TracebackType
 from typing import Any
+
+from dataloaderx._wrapper import ClosesOnExit
 
 __all__ = ["Progress"]
 
 
-class Progress:
+class Progress(ClosesOnExit):
     """Count batches across every run; ``enabled=False`` shows nothing."""
 
     def __init__(self, total: int, *, enabled: bool = True) -> None:
@@ -35,14 +36,7 @@ class Progress:
         if self._bar is not None:
             self._bar.update(1)
 
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Close the progress bar, if there is one."""
         if self._bar is not None:
             self._bar.close()
