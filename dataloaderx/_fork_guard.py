@@ -17,6 +17,7 @@ for that very import.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -82,7 +83,7 @@ def wait_for_producer_imports(timeout: float) -> bool:
         idents.discard(me)
         if not idents:
             return True
-        frames = sys._current_frames()
+        frames = _thread_frames()
         if importing(frames.get(me)):
             return True
         if not any(importing(frames.get(ident)) for ident in idents):
@@ -91,6 +92,24 @@ def wait_for_producer_imports(timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(_CHECK_SECONDS)
+
+
+def _thread_frames() -> dict[int, FrameType]:
+    """``sys._current_frames()``, with the cyclic garbage collector paused.
+
+    Up to Python 3.11 a collection can start inside any allocation, and
+    ``sys._current_frames()`` allocates while it holds the interpreter's thread-list lock:
+    a finaliser run there that releases the GIL would leave that lock held for whichever
+    thread takes the GIL next.
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _before_fork() -> None:

@@ -7,6 +7,7 @@ module's import lock. The fork guard makes the fork wait until the import is ove
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -16,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
 
 import pytest
 
@@ -153,3 +154,28 @@ def test_without_the_guard_such_a_worker_hangs(backend_name: str) -> None:
     assert report["producer_imported"] is True
     assert isinstance(report["error"], str)
     assert "timed out" in report["error"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_frames_are_read_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    seen: list[bool] = []
+    real = sys._current_frames
+
+    def spy() -> dict[int, FrameType]:
+        seen.append(gc.isenabled())
+        return real()
+
+    monkeypatch.setattr(sys, "_current_frames", spy)
+    was_enabled = gc.isenabled()
+    if not enabled:
+        gc.disable()
+    try:
+        frames = _fork_guard._thread_frames()
+        assert seen == [False]
+        assert gc.isenabled() is enabled
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert threading.get_ident() in frames
