@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
+from dataloaderx._handoff_imports import import_handoff_modules
 from dataloaderx._source import GuardedSource
 from dataloaderx._wrapper import ClosesOnExit, delegate
 from dataloaderx.backends._engine import JOIN_TIMEOUT_SECONDS
@@ -62,6 +63,8 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         self._stats = stats
         self._source: GuardedSource[T_co] = GuardedSource(inner, release)
         opened = self._source if stats is None else TimedSource(self._source, stats)
+        # Before the backend starts anything that reads the source in another thread.
+        import_handoff_modules()
         self._stream: BatchStream[T_co] = backend.open(opened)
         self._buffered: Callable[[], int] | None = getattr(self._stream, "buffered", None)
         self._finalizer = weakref.finalize(

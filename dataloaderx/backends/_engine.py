@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx import _fork_guard as fork_guard
 from dataloaderx._warning_relay import reemit, start_capture, take_captured
 
 __all__ = [
@@ -234,9 +233,7 @@ class ThreadedStream(Generic[T]):
     ``receive`` returns the next envelope (waiting in short, interruptible steps);
     ``drain`` empties the transport so a producer blocked on a full buffer can return;
     ``handout`` runs in the consumer's thread on each batch before it is returned;
-    ``buffered`` (optional) counts the envelopes ready to be received. The producer
-    ``thread`` is registered with :mod:`dataloaderx._fork_guard`, so that a fork (a
-    ``DataLoader`` starting its workers) never copies it in the middle of an import.
+    ``buffered`` (optional) counts the envelopes ready to be received.
     """
 
     def __init__(
@@ -250,7 +247,6 @@ class ThreadedStream(Generic[T]):
         buffered: Callable[[], int] | None = None,
     ) -> None:
         self.thread = thread
-        fork_guard.track(thread)
         if buffered is not None:
             self.buffered = buffered
         self._stop = stop
