@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -117,3 +118,11 @@ def run_scenario(
             f"{command} did not finish within {timeout} s\nstdout:\n{stdout}\nstderr:\n{stderr}"
         ) from None
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def scenario_report(script: str, args: Sequence[str], timeout: float) -> dict[str, Any]:
+    """Run a scenario that must succeed, and return the JSON report on its last line."""
+    result = run_scenario(script, args, timeout)
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report

@@ -8,11 +8,11 @@ the consumer's thread does those imports before any producer starts.
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import pytest
 
-from tests.reliability_support import run_scenario
+from tests.reliability_support import scenario_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -20,10 +20,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 SCENARIO_SECONDS = 90.0
 
 
-def _producer_imports(backend: str, *flags: str) -> dict[str, object]:
-    result = run_scenario("producer_imports.py", [backend, *flags], timeout=SCENARIO_SECONDS)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+def _producer_imports(backend: str, *flags: str) -> dict[str, Any]:
+    report = scenario_report("producer_imports.py", [backend, *flags], SCENARIO_SECONDS)
     assert report["fresh"] is True  # hmac was still to be imported when the loader started
     assert report["batches"] == [5, 5]
     return report

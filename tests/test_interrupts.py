@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -18,9 +17,9 @@ from torch.utils.data import DataLoader
 from dataloaderx import DataLoaderX
 from tests.reliability_support import (
     StuckDataset,
-    run_scenario,
     scenario_command,
     scenario_env,
+    scenario_report,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -88,9 +87,7 @@ DEAD_WORKER = re.compile(
 
 
 def test_killed_worker_raises_dataloaders_error_and_the_next_loader_works(backend: str) -> None:
-    result = run_scenario("worker_kill.py", [backend], timeout=90)
-    assert result.returncode == 0, result.stderr
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome = scenario_report("worker_kill.py", [backend], timeout=90)
     reference, ours = outcome["reference"], outcome["ours"]
     assert reference is not None, "DataLoader itself did not notice the killed worker"
     assert ours is not None, "DataLoaderX did not raise after its worker was killed"
