@@ -138,6 +138,31 @@ class DataLoaderX(DataLoader[T_co]):
             self._previous_source = iterator.source
         return iterator
 
+    def _get_iterator(self) -> Any:
+        if not self._backend_pins():
+            return super()._get_iterator()
+        # The backend pins every batch itself; DataLoader's pin-memory thread would only
+        # copy each one more time (on one thread). ``pin_memory`` reads True afterwards.
+        self.pin_memory = False
+        try:
+            return super()._get_iterator()
+        finally:
+            self.pin_memory = True
+
+    def _backend_pins(self) -> bool:
+        """Whether DataLoader would pin batches here, and the backend does it instead.
+
+        Without an accelerator DataLoader only warns that it cannot pin, and with the
+        deprecated ``pin_memory_device`` it warns about that: both are left to it, so
+        that the same warnings appear.
+        """
+        return (
+            self.pin_memory
+            and not self.pin_memory_device
+            and torch.accelerator.is_available()
+            and self._prefetch_backend.pins_host_memory()
+        )
+
     def _let_go_of_shared_iterator(self) -> None:
         """Stop the previous epoch's producer and wait until it no longer uses the
         persistent-worker iterator, which ``super().__iter__()`` is about to reset."""

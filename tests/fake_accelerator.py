@@ -52,6 +52,12 @@ class RecordingAccelerator:
         self._local = threading.local()
         self._defaults: dict[torch.device, FakeStream] = {}
         self._events = 0
+        self._pinned: set[int] = set()
+        #: Pinned bytes held now, and at most, through pin_buffer.
+        self.pinned_bytes = 0
+        self.peak_pinned_bytes = 0
+        #: Numbers of events that have not "completed" yet (all complete by default).
+        self.pending_events: set[int] = set()
 
     # -- bookkeeping ------------------------------------------------------------------
 
@@ -124,13 +130,33 @@ class RecordingAccelerator:
         self._log("wait_event", stream=stream, target=event)
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
-        return bool(getattr(tensor, "fake_pinned", False))
+        with self._lock:
+            return tensor.untyped_storage().data_ptr() in self._pinned
 
     def pin(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Test helper (not part of the API): a "pinned" copy, as a collate_fn might make."""
         pinned = tensor.clone()
-        pinned.fake_pinned = True  # type: ignore[attr-defined]
-        self._log("pin", target=pinned)
+        with self._lock:
+            self._pinned.add(pinned.untyped_storage().data_ptr())
         return pinned
+
+    def pin_buffer(self, nbytes: int) -> torch.Tensor:
+        buffer = torch.empty(nbytes, dtype=torch.uint8)
+        with self._lock:
+            self._pinned.add(buffer.data_ptr())
+            self.pinned_bytes += nbytes
+            self.peak_pinned_bytes = max(self.peak_pinned_bytes, self.pinned_bytes)
+        self._log("pin_buffer", target=buffer, details={"nbytes": nbytes})
+        return buffer
+
+    def unpin_buffer(self, buffer: torch.Tensor) -> None:
+        with self._lock:
+            self._pinned.remove(buffer.data_ptr())
+            self.pinned_bytes -= buffer.numel()
+        self._log("unpin_buffer", target=buffer)
+
+    def event_done(self, event: FakeEvent) -> bool:
+        return event.number not in self.pending_events
 
     def copy(
         self,
@@ -147,6 +173,7 @@ class RecordingAccelerator:
             target=moved,
             details={
                 "source": tensor,
+                "source_pinned": self.is_pinned(tensor),
                 "device": device,
                 "non_blocking": non_blocking,
                 "memory_format": memory_format,

@@ -321,13 +321,15 @@ def test_pin_memory_behaves_like_dataloader(backend: str, num_workers: int) -> N
     with warnings.catch_warnings(record=True) as expected_warnings:
         warnings.simplefilter("always")
         expected = list(DataLoader(dataset, **options))
+    loader = DataLoaderX(dataset, backend=backend, **options)
     with warnings.catch_warnings(record=True) as actual_warnings:
         warnings.simplefilter("always")
-        actual = list(DataLoaderX(dataset, backend=backend, **options))
+        actual = list(loader)
     assert_same(actual, expected)
     assert [w.category for w in actual_warnings] == [w.category for w in expected_warnings]
     assert [str(w.message) for w in actual_warnings] == [str(w.message) for w in expected_warnings]
-    if torch.cuda.is_available():
+    assert loader.pin_memory
+    if torch.cuda.is_available() and not loader.prefetch_backend.pins_host_memory():
         assert all(batch.is_pinned() or batch.device.type != "cpu" for batch in actual)
 
 

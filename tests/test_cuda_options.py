@@ -70,6 +70,9 @@ def test_tests_parametrised_cuda_are_not_mistaken_for_cuda_marked(
         ({"device": "cuda:0"}, ValueError, "but this machine's accelerator is 'privateuseone'"),
         ({"device": 2}, ValueError, "has 2 privateuseone device(s) (indices 0 to 1)"),
         ({"device": f"{KIND}:5"}, ValueError, "option 'device' is 'privateuseone:5', but"),
+        ({"pin_threads": 0}, ValueError, "'pin_threads' must be an int >= 1 (the threads that"),
+        ({"pin_threads": 2.5}, TypeError, "or None for half this machine's cores, at most 8; got"),
+        ({"pin_threads": True}, TypeError, "got True (bool)"),
     ],
 )
 @pytest.mark.parametrize("backend", ["cuda", "auto"])
@@ -152,6 +155,7 @@ def test_auto_with_an_accelerator_is_the_cuda_backend(fake: RecordingAccelerator
         "non_blocking": True,
         "transform": None,
         "memory_format": None,
+        "pin_threads": None,
         "resolved": "cuda",
     }
     assert_same(list(loader), list(DataLoader(RangeDataset(6), batch_size=2)))

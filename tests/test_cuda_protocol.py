@@ -62,7 +62,7 @@ def test_each_batch_is_copied_on_the_side_stream_and_awaited_through_its_own_eve
         last_copy = max(position(fake, "copy", t) for t in tensors)
         assert {c.stream for c in copies} == {side}
         assert all(c.thread.startswith("dataloaderx-cuda-") for c in copies)
-        assert all(fake.is_pinned(c.details["source"]) for c in copies)
+        assert all(c.details["source_pinned"] for c in copies)
         # The event this batch waits on is the first one recorded after its last copy.
         event: FakeEvent = wait.target
         recorded_after = [c.target for c in fake.calls[last_copy:] if c.op == "record_event"]
@@ -116,23 +116,28 @@ def test_default_device_is_the_consumers_current_device(fake: RecordingAccelerat
     assert {call.details["device"] for call in fake.ops("copy")} == {DEVICE1}
 
 
-def test_only_unpinned_host_tensors_are_pinned(fake: RecordingAccelerator) -> None:
+def test_only_unpinned_host_tensors_are_staged_in_pinned_memory(
+    fake: RecordingAccelerator,
+) -> None:
     def pinned_collate(items: list[torch.Tensor]) -> torch.Tensor:
         return fake.pin(torch.stack(items))
 
     list(cuda_loader(RangeDataset(6)))
-    pins = fake.ops("pin")
-    assert len(pins) == 3
-    assert all(call.thread.startswith("dataloaderx-cuda-") for call in pins)
+    copies = fake.ops("copy")
+    assert len(copies) == 3
+    assert all(call.details["source_pinned"] for call in copies)
+    assert all(call.thread.startswith("dataloaderx-cuda-") for call in fake.ops("pin_buffer"))
+    assert fake.pinned_bytes == 0  # given back when the epoch ended
     fake.calls.clear()
     list(cuda_loader(RangeDataset(6), non_blocking=False))
-    assert fake.ops("pin") == []
+    assert fake.ops("pin_buffer") == []
+    assert not any(call.details["source_pinned"] for call in fake.ops("copy"))
     assert {call.details["non_blocking"] for call in fake.ops("copy")} == {False}
     loader = DataLoaderX(RangeDataset(6), batch_size=2, collate_fn=pinned_collate, backend="cuda")
     fake.calls.clear()
     list(loader)
-    assert len(fake.ops("pin")) == 3  # by the collate function only, not again by the backend
-    assert all(fake.is_pinned(call.details["source"]) for call in fake.ops("copy"))
+    assert fake.ops("pin_buffer") == []  # already pinned by the collate function
+    assert all(call.details["source_pinned"] for call in fake.ops("copy"))
     assert {call.details["non_blocking"] for call in fake.ops("copy")} == {True}
 
 
@@ -212,7 +217,7 @@ def test_backend_copies_and_pickles_without_its_streams(fake: RecordingAccelerat
     text = repr(backend)
     assert text == (
         "CudaBackend(device=None, depth=3, non_blocking=True, transform=None, "
-        "memory_format=torch.channels_last)"
+        "memory_format=torch.channels_last, pin_threads=None)"
     )
     for clone in (copy.deepcopy(backend), pickle.loads(pickle.dumps(backend))):
         assert repr(clone) == text

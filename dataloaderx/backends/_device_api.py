@@ -10,12 +10,21 @@ Stream and event handles are opaque to the backend (typed ``Any``).
 
 from __future__ import annotations
 
+import threading
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import torch
 
 __all__ = ["DeviceAPI", "TorchAccelerator"]
+
+#: Pinned buffers are whole pages.
+_PAGE: Final = 4096
+
+
+def _cudart() -> Any:
+    """PyTorch's bindings of the CUDA runtime (``cudaHostRegister`` and friends)."""
+    return torch.cuda.cudart()  # type: ignore[no-untyped-call]
 
 
 class DeviceAPI(Protocol):
@@ -65,8 +74,16 @@ class DeviceAPI(Protocol):
         """Whether ``tensor`` is in page-locked host memory."""
         ...
 
-    def pin(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A page-locked copy of host tensor ``tensor``."""
+    def pin_buffer(self, nbytes: int) -> torch.Tensor:
+        """A new 1-D ``uint8`` host tensor of at least ``nbytes`` bytes, page-locked."""
+        ...
+
+    def unpin_buffer(self, buffer: torch.Tensor) -> None:
+        """Give back a buffer from :meth:`pin_buffer`; no copy may still read it."""
+        ...
+
+    def event_done(self, event: Any) -> bool:
+        """Whether all work recorded before ``event`` has completed."""
         ...
 
     def copy(
@@ -90,7 +107,19 @@ class DeviceAPI(Protocol):
 
 
 class TorchAccelerator:
-    """:class:`DeviceAPI` on ``torch.accelerator``, ``torch.Stream`` and ``torch.Event``."""
+    """:class:`DeviceAPI` on ``torch.accelerator``, ``torch.Stream`` and ``torch.Event``.
+
+    Pinned buffers are page-locked with ``cudaHostRegister`` where CUDA is present, and
+    come from PyTorch's pinned-memory allocator otherwise.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Buffers handed out: their size, and whether cudaHostRegister locked them.
+        self._held: dict[int, tuple[int, bool]] = {}
+        #: Bytes page-locked through :meth:`pin_buffer` now, and at most.
+        self.pinned_bytes = 0
+        self.peak_pinned_bytes = 0
 
     def accelerator_type(self) -> str | None:
         accelerator = torch.accelerator.current_accelerator(check_available=True)
@@ -126,8 +155,33 @@ class TorchAccelerator:
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         return tensor.is_pinned()
 
-    def pin(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.pin_memory()
+    def pin_buffer(self, nbytes: int) -> torch.Tensor:
+        size = max(_PAGE, -(-nbytes // _PAGE) * _PAGE)
+        registered = False
+        if torch.cuda.is_available():
+            # Page-lock plain host memory: exactly ``size`` bytes, given back to the system
+            # by unpin_buffer. PyTorch's pinned-memory cache would round every buffer up
+            # to a power of two and keep it for the life of the process.
+            buffer = torch.empty(size, dtype=torch.uint8)
+            registered = int(_cudart().cudaHostRegister(buffer.data_ptr(), size, 0)) == 0
+        if not registered:
+            buffer = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        with self._lock:
+            self._held[buffer.data_ptr()] = (size, registered)
+            self.pinned_bytes += size
+            self.peak_pinned_bytes = max(self.peak_pinned_bytes, self.pinned_bytes)
+        return buffer
+
+    def unpin_buffer(self, buffer: torch.Tensor) -> None:
+        pointer = buffer.data_ptr()
+        with self._lock:
+            size, registered = self._held.pop(pointer, (0, False))
+            self.pinned_bytes -= size
+        if registered:
+            _cudart().cudaHostUnregister(pointer)
+
+    def event_done(self, event: torch.Event) -> bool:
+        return event.query()
 
     def copy(
         self,

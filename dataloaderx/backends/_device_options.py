@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
@@ -10,16 +11,23 @@ import torch
 from dataloaderx.backends.base import check_positive_int
 
 __all__ = [
+    "MAX_AUTO_PIN_THREADS",
     "MEMORY_FORMATS",
     "CopyOptions",
     "DeviceSpec",
+    "auto_pin_threads",
     "check_bool",
     "check_copy_options",
     "check_device",
     "check_memory_format",
+    "check_pin_threads",
     "check_transform",
     "format_for",
 ]
+
+#: Most copy threads ``pin_threads=None`` uses: host memory bandwidth is shared, and more
+#: threads than this rarely copy faster.
+MAX_AUTO_PIN_THREADS: Final = 8
 
 #: What the ``device`` option accepts: ``None`` (the current device), a device string,
 #: a ``torch.device`` or a device index.
@@ -139,6 +147,31 @@ def check_device(
     return value
 
 
+def check_pin_threads(backend: str, option: str, value: object) -> int | None:
+    """Return ``value`` if it is ``None`` (automatic) or an ``int`` >= 1, else raise."""
+    if value is None:
+        return None
+    expected = (
+        f"backend {backend!r} option {option!r} must be an int >= 1 (the threads that copy "
+        f"batches into pinned memory) or None for half this machine's cores, at most "
+        f"{MAX_AUTO_PIN_THREADS}"
+    )
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{expected}; got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{expected}; got {value!r}")
+    return value
+
+
+def auto_pin_threads() -> int:
+    """``pin_threads=None``: half the cores this process may run on, 1 to 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_AUTO_PIN_THREADS, cores // 2))
+
+
 class CopyOptions(NamedTuple):
     """The validated options of the ``cuda`` and ``auto`` backends."""
 
@@ -147,6 +180,7 @@ class CopyOptions(NamedTuple):
     non_blocking: bool
     transform: Callable[[Any], Any] | None
     memory_format: torch.memory_format | None
+    pin_threads: int | None
 
 
 def check_copy_options(
@@ -159,6 +193,7 @@ def check_copy_options(
     non_blocking: object,
     transform: object,
     memory_format: object,
+    pin_threads: object,
 ) -> CopyOptions:
     """Validate every option of a copying backend; raise on the first bad one."""
     return CopyOptions(
@@ -169,4 +204,5 @@ def check_copy_options(
         non_blocking=check_bool(backend, "non_blocking", non_blocking),
         transform=check_transform(backend, "transform", transform),
         memory_format=check_memory_format(backend, "memory_format", memory_format),
+        pin_threads=check_pin_threads(backend, "pin_threads", pin_threads),
     )

@@ -1,11 +1,14 @@
-"""The per-batch stream protocol of the ``cuda`` backend, as three engine hooks.
+"""The per-batch stream protocol of the ``cuda`` backend, as engine hooks.
 
 Producer thread (``start`` once, then ``prepare`` per batch):
 
 1. ``start``: select the target device, then fetch the loader's side stream.
-2. ``prepare``: pin host tensors that are not pinned (with ``non_blocking``), enqueue
-   each copy on the side stream, run the optional ``transform`` there too, then record
-   one event on the side stream for this batch.
+2. ``prepare``: with ``non_blocking``, pack the batch's pageable host tensors into a
+   slot of pinned staging memory (:mod:`~dataloaderx.backends._staging`), copying on
+   ``pin_threads`` threads of our own (:mod:`~dataloaderx.backends._host_copy`); enqueue
+   each tensor's copy to the device on the side stream, run the optional ``transform``
+   there too, then record one event on the side stream for this batch. The staging slot
+   is reused only once that event has completed.
 
 Consumer thread (``handout`` per batch, just before the batch is returned):
 
@@ -14,6 +17,9 @@ Consumer thread (``handout`` per batch, just before the batch is returned):
 4. ``record_stream(consumer stream)`` on every device tensor of the batch, so the caching
    allocator, which only knows the side stream the memory was allocated on, does not
    reuse the memory before the consumer's work on it has run.
+
+``close`` (after the producer thread has ended) stops the copy threads and gives the
+staging memory back.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import torch
 from dataloaderx._tree import iter_tensors, map_tensors
 from dataloaderx.backends._device_api import DeviceAPI
 from dataloaderx.backends._device_options import format_for
+from dataloaderx.backends._host_copy import CopyThreads
+from dataloaderx.backends._staging import StagingPool
 
 __all__ = ["StreamCopier"]
 
@@ -52,6 +60,9 @@ class StreamCopier:
         non_blocking: bool,
         transform: Callable[[Any], Any] | None,
         memory_format: torch.memory_format | None,
+        pin_threads: int,
+        staging_slots: int,
+        thread_name: str,
     ) -> None:
         self._api = api
         self._device = device
@@ -60,28 +71,68 @@ class StreamCopier:
         self._transform = transform
         self._memory_format = memory_format
         self._stream: Any = None
+        self.staging = StagingPool(api, slots=staging_slots)
+        self._copy_threads = CopyThreads(pin_threads, name=thread_name)
 
     def start(self) -> None:
         """Producer thread, first: the device is per thread and starts as device 0."""
         self._api.set_device(self._device)
         self._stream = self._side_stream(self._device)
 
-    def _move(self, tensor: torch.Tensor) -> torch.Tensor:
+    def _pageable(self, batch: Any) -> list[torch.Tensor]:
+        """The distinct non-empty host tensors of ``batch`` that are not pinned."""
+        if not self._non_blocking:
+            return []  # blocking copies read pageable memory directly
         api = self._api
-        if self._non_blocking and tensor.device.type == "cpu" and not api.is_pinned(tensor):
-            tensor = api.pin(tensor)
-        return api.copy(
-            tensor,
-            self._device,
-            non_blocking=self._non_blocking,
-            memory_format=format_for(tensor, self._memory_format),
-        )
+        found: dict[int, torch.Tensor] = {}
+        for tensor in iter_tensors(batch):
+            if (
+                tensor.device.type == "cpu"
+                and tensor.numel()
+                and id(tensor) not in found
+                and not api.is_pinned(tensor)
+            ):
+                found[id(tensor)] = tensor
+        return list(found.values())
 
     def prepare(self, batch: Any) -> _Ready:
-        """Producer thread: enqueue the batch's copies and transform, then its event."""
+        """Producer thread: stage, enqueue the batch's copies and transform, then its event."""
+        pageable = self._pageable(batch)
+        if not pageable:
+            return self._enqueue(batch, {})
+        slot, views, segments = self.staging.stage(pageable)
+        try:
+            self._copy_threads.copy(segments)
+            ready = self._enqueue(batch, {id(t): v for t, v in zip(pageable, views, strict=True)})
+        except BaseException:
+            self._release_after_failure(slot)
+            raise
+        self.staging.release_after(slot, ready.event)
+        return ready
+
+    def _release_after_failure(self, slot: Any) -> None:
+        """Free ``slot`` once whatever was enqueued before a failure has run."""
         api = self._api
+        try:
+            event = api.new_event(self._device)
+            api.record_event(event, self._stream)
+        except Exception:  # noqa: BLE001 - the slot then stays reserved until close()
+            return
+        self.staging.release_after(slot, event)
+
+    def _enqueue(self, batch: Any, staged: dict[int, torch.Tensor]) -> _Ready:
+        api = self._api
+
+        def move(tensor: torch.Tensor) -> torch.Tensor:
+            return api.copy(
+                staged.get(id(tensor), tensor),
+                self._device,
+                non_blocking=self._non_blocking,
+                memory_format=format_for(tensor, self._memory_format),
+            )
+
         with api.use_stream(self._stream):
-            moved = map_tensors(self._move, batch)
+            moved = map_tensors(move, batch)
             if self._transform is not None:
                 moved = self._transform(moved)
             event = api.new_event(self._device)
@@ -97,3 +148,10 @@ class StreamCopier:
         for tensor in ready.device_tensors:
             api.record_stream(tensor, consumer)
         return ready.batch
+
+    def close(self) -> None:
+        """Stop the copy threads and give the staging memory back; safe to call twice."""
+        try:
+            self._copy_threads.close()
+        finally:
+            self.staging.close()

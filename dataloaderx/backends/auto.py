@@ -48,6 +48,7 @@ class AutoBackend(Backend):
         non_blocking: bool = True,
         transform: Callable[[Any], Any] | None = None,
         memory_format: torch.memory_format | str | None = None,
+        pin_threads: int | None = None,
     ) -> None:
         has_accelerator = CudaBackend.unavailable_reason() is None
         api = CudaBackend.device_api
@@ -60,22 +61,32 @@ class AutoBackend(Backend):
             non_blocking=non_blocking,
             transform=transform,
             memory_format=memory_format,
+            pin_threads=pin_threads,
         )
-        (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
-            self._options
-        )
+        (
+            self.device,
+            self.depth,
+            self.non_blocking,
+            self.transform,
+            self.memory_format,
+            self.pin_threads,
+        ) = self._options
         self.resolved = "cuda" if has_accelerator else "thread"
         self._cuda: CudaBackend | None = None
         if has_accelerator:
             self._cuda = CudaBackend(**self._options._asdict())
-        elif device is not None or not non_blocking:
+        elif device is not None or not non_blocking or pin_threads is not None:
             warnings.warn(
                 f"backend 'auto' found no accelerator and runs as 'thread': batches stay on "
-                f"the CPU, so device={device!r} and non_blocking={non_blocking!r} have no "
-                "effect (depth, transform and memory_format still apply)",
+                f"the CPU, so device={device!r}, non_blocking={non_blocking!r} and "
+                f"pin_threads={pin_threads!r} have no effect (depth, transform and "
+                "memory_format still apply)",
                 UserWarning,
                 stacklevel=2,
             )
+
+    def pins_host_memory(self) -> bool:
+        return self._cuda is not None
 
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         if self._cuda is not None:

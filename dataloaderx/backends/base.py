@@ -49,6 +49,14 @@ class Backend(abc.ABC):
         """
         return None
 
+    def pins_host_memory(self) -> bool:
+        """Whether :meth:`open` pins host batches itself (for example to copy them to a device).
+
+        ``DataLoaderX`` then leaves ``pin_memory=True`` to the backend: DataLoader's own
+        pin-memory thread is not started, since it would only copy each batch once more.
+        """
+        return False
+
     @abc.abstractmethod
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         """Start prefetching from ``source`` and return the epoch's stream.

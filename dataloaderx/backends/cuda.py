@@ -8,8 +8,13 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from dataloaderx.backends._closing import ClosingStream
 from dataloaderx.backends._device_api import DeviceAPI, TorchAccelerator
-from dataloaderx.backends._device_options import DeviceSpec, check_copy_options
+from dataloaderx.backends._device_options import (
+    DeviceSpec,
+    auto_pin_threads,
+    check_copy_options,
+)
 from dataloaderx.backends._engine import start_thread_stream
 from dataloaderx.backends._stream_copy import StreamCopier
 from dataloaderx.backends.base import Backend, BatchStream
@@ -26,8 +31,11 @@ class CudaBackend(Backend):
 
     Options: ``device`` (default: the current accelerator device when the epoch starts),
     ``depth``, ``non_blocking``, ``transform`` (called with the device batch, on the
-    side stream) and ``memory_format`` (for example ``torch.channels_last``, applied to
-    tensors of the matching rank during the copy). See ``docs/cuda.md``.
+    side stream), ``memory_format`` (for example ``torch.channels_last``, applied to
+    tensors of the matching rank during the copy) and ``pin_threads`` (threads that copy
+    pageable batches into pinned staging memory; ``None``: half the cores, at most 8).
+    The backend pins batches itself, so a loader's ``pin_memory=True`` does not start
+    DataLoader's own pin-memory thread. See ``docs/cuda.md``.
     """
 
     #: The accelerator operations the backend uses; tests substitute a recording fake.
@@ -41,19 +49,26 @@ class CudaBackend(Backend):
         non_blocking: bool = True,
         transform: Callable[[Any], Any] | None = None,
         memory_format: torch.memory_format | str | None = None,
+        pin_threads: int | None = None,
     ) -> None:
         api = type(self).device_api
-        (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
-            check_copy_options(
-                self.name,
-                accelerator=api.accelerator_type(),
-                device_count=api.device_count,
-                device=device,
-                depth=depth,
-                non_blocking=non_blocking,
-                transform=transform,
-                memory_format=memory_format,
-            )
+        (
+            self.device,
+            self.depth,
+            self.non_blocking,
+            self.transform,
+            self.memory_format,
+            self.pin_threads,
+        ) = check_copy_options(
+            self.name,
+            accelerator=api.accelerator_type(),
+            device_count=api.device_count,
+            device=device,
+            depth=depth,
+            non_blocking=non_blocking,
+            transform=transform,
+            memory_format=memory_format,
+            pin_threads=pin_threads,
         )
         self._init_runtime_state()
 
@@ -91,6 +106,9 @@ class CudaBackend(Backend):
                 stream = self._streams[device] = self._api.new_stream(device)
             return stream
 
+    def pins_host_memory(self) -> bool:
+        return True
+
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         copier = StreamCopier(
             self._api,
@@ -99,8 +117,11 @@ class CudaBackend(Backend):
             non_blocking=self.non_blocking,
             transform=self.transform,
             memory_format=self.memory_format,
+            pin_threads=self.pin_threads or auto_pin_threads(),
+            staging_slots=self.depth + 1,
+            thread_name=f"dataloaderx-{self.name}-pin",
         )
-        return start_thread_stream(
+        stream = start_thread_stream(
             source,
             backend=self.name,
             depth=self.depth,
@@ -108,6 +129,7 @@ class CudaBackend(Backend):
             prepare=copier.prepare,
             handout=copier.handout,
         )
+        return ClosingStream(stream, copier.close)
 
     def __getstate__(self) -> dict[str, Any]:
         return self.describe()  # streams and locks belong to this process
