@@ -9,7 +9,7 @@ import torch
 from hypothesis import settings
 
 from dataloaderx import available_backends
-from tests.helpers import child_pids, wait_until_clean
+from tests.helpers import child_pids, describe_processes, wait_until_clean
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -39,7 +39,7 @@ def no_leaks() -> Iterator[None]:
     gc.collect()
     left_threads, left_children = wait_until_clean(threads, children, within=5.0)
     assert not left_threads, f"threads left running: {left_threads}"
-    assert not left_children, f"child processes left running: {left_children}"
+    assert not left_children, f"child processes left running: {describe_processes(left_children)}"
 
 
 # Hypothesis: no example database in the repository, no per-example deadline (the

@@ -162,7 +162,7 @@ def assert_same(actual: Any, expected: Any, path: str = "batch") -> None:
     assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
     if isinstance(expected, torch.Tensor):
         if actual.device != expected.device:  # a device backend (cuda) hands out copies
-            actual = actual.cpu()
+            actual, expected = actual.cpu(), expected.cpu()
         assert actual.dtype == expected.dtype, f"{path}: dtype"
         assert actual.shape == expected.shape, f"{path}: shape"
         assert torch.equal(actual, expected), f"{path}: values"
@@ -213,6 +213,17 @@ def child_pids() -> set[int]:
         except psutil.NoSuchProcess:
             continue
     return pids
+
+
+def describe_processes(pids: set[int]) -> dict[int, str]:
+    """Each process's command line (or why it cannot be read), for failure messages."""
+    described = {}
+    for pid in sorted(pids):
+        try:
+            described[pid] = " ".join(psutil.Process(pid).cmdline())[:200]
+        except psutil.Error as exc:
+            described[pid] = type(exc).__name__
+    return described
 
 
 def extra_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
