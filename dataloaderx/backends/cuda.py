@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 
+from dataloaderx.backends._byte_budget import batch_bytes
+from dataloaderx.backends._depth_options import check_depth_options
 from dataloaderx.backends._device_api import DeviceAPI, TorchAccelerator
 from dataloaderx.backends._device_options import DeviceSpec, check_copy_options
 from dataloaderx.backends._engine import start_thread_stream
@@ -20,6 +22,11 @@ __all__ = ["CudaBackend"]
 T = TypeVar("T")
 
 
+def _device_bytes(ready: Any) -> int:
+    """The bytes a prepared batch holds on the device."""
+    return batch_bytes(ready.batch, device_only=True)
+
+
 @register_backend("cuda", aliases=("cuda_stream",))
 class CudaBackend(Backend):
     """Pin and copy batches to the device on a side stream, ``depth`` batches ahead.
@@ -27,7 +34,9 @@ class CudaBackend(Backend):
     Options: ``device`` (default: the current accelerator device when the epoch starts),
     ``depth``, ``non_blocking``, ``transform`` (called with the device batch, on the
     side stream) and ``memory_format`` (for example ``torch.channels_last``, applied to
-    tensors of the matching rank during the copy). See ``docs/cuda.md``.
+    tensors of the matching rank during the copy); ``max_depth`` (the ceiling of
+    ``depth="auto"``) and ``max_bytes`` (a cap on the device bytes buffered). See
+    ``docs/cuda.md``.
     """
 
     #: The accelerator operations the backend uses; tests substitute a recording fake.
@@ -37,11 +46,17 @@ class CudaBackend(Backend):
         self,
         *,
         device: DeviceSpec = None,
-        depth: int = 2,
+        depth: int | Literal["auto"] = 2,
         non_blocking: bool = True,
         transform: Callable[[Any], Any] | None = None,
         memory_format: torch.memory_format | str | None = None,
+        max_depth: int | None = None,
+        max_bytes: int | str | None = None,
     ) -> None:
+        limits = check_depth_options(
+            self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
+        )
+        self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
         api = type(self).device_api
         (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
             check_copy_options(
@@ -107,6 +122,9 @@ class CudaBackend(Backend):
             on_start=copier.start,
             prepare=copier.prepare,
             handout=copier.handout,
+            max_depth=self.max_depth,
+            max_bytes=self.max_bytes,
+            measure=_device_bytes,
         )
 
     def __getstate__(self) -> dict[str, Any]:
