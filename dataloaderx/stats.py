@@ -11,12 +11,13 @@ producer is another thread: handing a batch over or waiting for room in a full b
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from dataloaderx.backends._depth_control import BufferUsage
     from dataloaderx.backends.base import Backend
 
 __all__ = [
@@ -55,6 +56,13 @@ class LoaderStats:
     #: ``occupancy[k]``: how many ``next()`` calls found ``k`` batches already buffered.
     occupancy: tuple[int, ...]
     trace: tuple[TraceEvent, ...] = field(default=(), repr=False)
+    # Buffer usage, from backends that report it (``None`` otherwise): the depth over the
+    # epoch (smallest, median and largest, per batch; all equal for a fixed depth) and
+    # the most bytes of tensors held in the buffer at once (device bytes for ``cuda``).
+    depth_min: int | None = None
+    depth_median: int | None = None
+    depth_max: int | None = None
+    peak_bytes: int | None = None
 
     @property
     def wait_fraction(self) -> float:
@@ -117,6 +125,7 @@ class StatsRecorder:
         "produce_seconds",
         "threaded",
         "trace",
+        "usage",
         "wait_seconds",
     )
 
@@ -137,6 +146,8 @@ class StatsRecorder:
         self._started = perf_counter()
         self.ended = self._started
         self._last_end: float | None = None
+        #: Reports the buffer's depths and peak bytes (set when the stream offers it).
+        self.usage: Callable[[], BufferUsage] | None = None
 
     def record_next(self, start: float, end: float, buffered: int, delivered: bool) -> None:
         """Account for one ``next()`` call of the consumer."""
@@ -164,6 +175,7 @@ class StatsRecorder:
 
     def snapshot(self) -> LoaderStats:
         """Return the figures so far as an immutable :class:`LoaderStats`."""
+        usage = None if self.usage is None else self.usage()
         return LoaderStats(
             backend=self.backend,
             depth=self.depth,
@@ -175,6 +187,10 @@ class StatsRecorder:
             producer_blocked_seconds=self.blocked_seconds if self.threaded else None,
             occupancy=tuple(self.occupancy),
             trace=tuple(self.trace) if self.trace is not None else (),
+            depth_min=None if usage is None else usage.depth_min,
+            depth_median=None if usage is None else usage.depth_median,
+            depth_max=None if usage is None else usage.depth_max,
+            peak_bytes=None if usage is None else usage.peak_bytes,
         )
 
 

@@ -40,49 +40,59 @@ T = TypeVar("T")
 
 
 class _Gate:
-    """The generator ``BackgroundGenerator`` runs: envelopes with their bytes, within budget.
+    """The generator ``BackgroundGenerator`` runs: envelopes with their bytes, within bounds.
 
     Before releasing a batch into the queue it waits (in short, stop-checking steps) until
-    the byte budget admits it, and counts how often the queue was full (its put will wait
-    for room) or the budget was short, for the depth controller.
+    the queue has room under its current size and the byte budget admits the batch, so the
+    queue's own blocking ``put`` is only a backstop. It counts how often it waited for
+    each, for the depth controller.
     """
 
     def __init__(
-        self,
-        envelopes: Iterator[Envelope],
-        stop: threading.Event,
-        budget: ByteBudget,
+        self, envelopes: Iterator[Envelope], stop: threading.Event, budget: ByteBudget
     ) -> None:
         self._envelopes = envelopes
         self._stop = stop
         self.budget = budget
         self.pending: queue.Queue[tuple[bool, Any]] | None = None
         self.freed = threading.Event()
+        self.waiting = False
         self.room_waits = 0
         self.byte_waits = 0
 
     def __iter__(self) -> Iterator[tuple[Envelope, int]]:
-        budget = self.budget
         for envelope in self._envelopes:
             size = measure_envelope(envelope, batch_bytes)
-            if budget.limit is not None and not budget.fits(size):
-                self.byte_waits += 1
-                if not self._wait_for_bytes(size):
-                    return
-            pending = self.pending
-            if pending is not None and len(pending.queue) >= pending.maxsize:
-                self.room_waits += 1
-            budget.add(size)
+            if not (self._has_room() and self.budget.fits(size)) and not self._wait(size):
+                return
+            self.budget.add(size)
             yield envelope, size
 
-    def _wait_for_bytes(self, size: int) -> bool:
-        while True:
-            self.freed.clear()
-            if self.budget.fits(size):
-                return True
-            if self._stop.is_set():
-                return False
-            self.freed.wait(POLL_SECONDS)
+    def _has_room(self) -> bool:
+        pending = self.pending
+        return pending is None or len(pending.queue) < pending.maxsize
+
+    def _wait(self, size: int) -> bool:
+        if self.budget.fits(size):
+            self.room_waits += 1
+        else:
+            self.byte_waits += 1
+        try:
+            while True:
+                self.freed.clear()
+                self.waiting = True  # before the re-check: the consumer then wakes us
+                if self._has_room() and self.budget.fits(size):
+                    return True
+                if self._stop.is_set():
+                    return False
+                self.freed.wait(POLL_SECONDS)
+        finally:
+            self.waiting = False
+
+    def wake(self) -> None:
+        """Consumer: room or bytes were freed; wake the gate if it waits for them."""
+        if self.waiting:
+            self.freed.set()
 
 
 @register_backend("background", aliases=("prefetch_generator",))
@@ -147,8 +157,7 @@ class BackgroundBackend(Backend):
                 if ok:
                     envelope, size = payload
                     gate.budget.remove(size)
-                    if size:
-                        gate.freed.set()
+                    gate.wake()
                     return envelope  # type: ignore[no-any-return]
                 # BackgroundGenerator's own end marker or an error from its thread.
                 if payload is StopIteration:
@@ -167,6 +176,7 @@ class BackgroundBackend(Backend):
                     if pending.maxsize != sys.maxsize:  # not while closing
                         pending.maxsize = chosen
                         pending.not_full.notify_all()
+                gate.wake()
             return envelope
 
         def usage() -> BufferUsage:
