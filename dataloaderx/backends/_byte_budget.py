@@ -8,7 +8,7 @@ producer is still making, and the one the loop is using, are not counted.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -16,12 +16,18 @@ from dataloaderx._tree import iter_tensors
 
 __all__ = ["ByteBudget", "Measure", "batch_bytes"]
 
+_SCALARS: Final = (int, float, complex, str, bytes)
+
 
 def batch_bytes(batch: Any, *, device_only: bool = False) -> int:
     """Bytes of the elements of the tensors inside ``batch``, each tensor counted once.
 
     ``device_only``: count only tensors that are not on the CPU.
     """
+    if isinstance(batch, torch.Tensor):  # the common cases first: this runs per batch
+        return 0 if device_only and batch.device.type == "cpu" else _tensor_bytes(batch)
+    if batch is None or isinstance(batch, _SCALARS):
+        return 0
     seen: set[int] = set()
     total = 0
     for tensor in iter_tensors(batch):

@@ -229,7 +229,8 @@ class Channel:
         elif stop.is_set():
             return False
         self._sizes.append(size)
-        budget.add(size)
+        if size:
+            budget.add(size)
         items.append(item)
         if not fast or item[0] != ITEM:
             self._not_empty.set()
@@ -266,34 +267,40 @@ class Channel:
 
     def get(self, producer_alive: Callable[[], bool]) -> Envelope:
         """Return the oldest item, waiting for one while the producer is alive."""
+        items = self._items
         meter = self._meter
         if meter is None:
-            item = self._take(producer_alive)
+            item: Envelope | None
+            try:
+                item = items.popleft()
+            except IndexError:
+                item = None
+            if item is None:
+                # Waiting outside the ``except`` block keeps an interrupt raised while
+                # waiting from being reported as raised "during handling of" the IndexError.
+                item = self._wait_for_item(producer_alive)
         else:
             item = self._take_tuned(producer_alive, meter)
-        budget = self.budget
-        budget.remove(self._sizes.popleft())
-        remaining = len(self._items)
+        size = self._sizes.popleft()
+        if size:
+            self.budget.remove(size)
+        remaining = len(items)
         wants = self._wants
         if remaining == self._low_water or (
-            wants and remaining < self.depth and budget.fits(wants)
+            wants and remaining < self.depth and self.budget.fits(wants)
         ):
             self._not_full.set()
         return item
 
-    def _take(self, producer_alive: Callable[[], bool]) -> Envelope:
-        try:
-            return self._items.popleft()
-        except IndexError:
-            pass
-        # Waiting outside the ``except`` block keeps an interrupt raised while waiting
-        # from being reported as raised "during handling of" the IndexError.
-        return self._wait_for_item(producer_alive)
-
     def _take_tuned(self, producer_alive: Callable[[], bool], meter: StallMeter) -> Envelope:
         start = perf_counter()
         buffered = len(self._items)
-        item = self._take(producer_alive)
+        try:
+            item = self._items.popleft()
+        except IndexError:
+            item = None
+        if item is None:
+            item = self._wait_for_item(producer_alive)
         depth = meter.observe(start, buffered, self._room_waits, self._byte_waits)
         if depth != self.depth:
             grew = depth > self.depth
@@ -419,7 +426,8 @@ def _pump(
     envelopes: Iterator[Envelope], channel: Channel, stop: threading.Event, measure: Measure
 ) -> None:
     for envelope in envelopes:
-        if not channel.put(envelope, stop, measure_envelope(envelope, measure)):
+        size = measure(envelope[1]) if envelope[0] == ITEM else 0
+        if not channel.put(envelope, stop, size):
             return
 
 
