@@ -10,8 +10,8 @@ step waits ``--step-ms`` without holding the GIL, as a step on an accelerator do
 * ``max_bytes``: the periodic workload with ``depth="auto"`` and a cap of 4 batches.
 
 With ``--default-check`` it runs instead ``depth="auto"`` against ``depth=2`` on the
-``dataloaderx bench`` workload and on 20,000 tiny batches (the hand-off cost), which
-decides whether ``"auto"`` could be the default.
+``dataloaderx bench`` workload, on 20,000 tiny batches (the hand-off cost) and on the two
+cases of ``no_regression.py``, which decides whether ``"auto"`` could be the default.
 
 Every contestant runs in one process, alternating (each round starts one place further
 along), and the tables give medians (with the spread of the rounds) of the epoch time
@@ -31,10 +31,16 @@ from typing import Any
 
 import _common as bench
 import torch
+from no_regression import PythonBound, python_step
 from torch.utils.data import Dataset
 
 from dataloaderx import DataLoaderX
-from dataloaderx.bench.workload import DEFAULT_BATCH_SIZE, default_dataset, fake_step
+from dataloaderx.bench.workload import (
+    DEFAULT_BATCH_SIZE,
+    SyntheticImages,
+    default_dataset,
+    fake_step,
+)
 
 DEPTHS: tuple[Any, ...] = ("auto", 1, 2, 4, 8, 16)
 PERIOD = 50
@@ -217,8 +223,18 @@ def default_check(repeats: int) -> None:
         lambda r: default_dataset(), two, fake_step, repeats, batch_size=DEFAULT_BATCH_SIZE
     )
     handoff = compare(lambda r: Tiny(), two, lambda batch: None, repeats, batch_size=None)
+    workers = compare(
+        lambda r: SyntheticImages(640), two, lambda batch: None, repeats,
+        batch_size=16, num_workers=2,
+    )  # fmt: skip
+    python = compare(lambda r: PythonBound(), two, python_step, repeats, batch_size=10)
     rows = []
-    for title, results in (("bench workload", pipeline), ("20,000 tiny batches", handoff)):
+    for title, results in (
+        ("bench workload", pipeline),
+        ("20,000 tiny batches", handoff),
+        ("num_workers=2, fast step", workers),
+        ("pure Python, GIL-bound", python),
+    ):
         times = {name: statistics.median(r[0] for r in runs) for name, runs in results.items()}
         for name, runs in results.items():
             depths = statistics.median_low(r[2] for r in runs)

@@ -236,6 +236,8 @@ def test_buffer_advice_names_depth_and_max_bytes_when_they_matter() -> None:
     assert buffer_advice(make_stats()) == ""  # no usage reported
     steady = make_stats(depth_min=2, depth_median=2, depth_max=2, peak_bytes=1000)
     assert buffer_advice(steady) == ""
+    unmoved = make_stats(depth=None, depth_min=2, depth_median=2, depth_max=2, peak_bytes=10)
+    assert buffer_advice(unmoved) == ""  # depth='auto' stayed at the default
     auto = make_stats(depth=None, depth_min=2, depth_median=6, depth_max=9, peak_bytes=10**9)
     assert buffer_advice(auto) == (
         "depth='auto' used 2 to 9 batches (median 6); depth=9 fixes the buffer at its "

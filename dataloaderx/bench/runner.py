@@ -24,6 +24,8 @@ BASELINE: Final = "DataLoader"
 #: A buffer that held at least this many bytes is worth capping with ``max_bytes``.
 MAX_BYTES_HINT: Final = 256 * 1024**2
 _MIB: Final = 1024**2
+#: The ``depth`` prefetching backends use when none is given.
+DEFAULT_DEPTH: Final = 2
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ class BenchResult:
 def buffer_advice(stats: LoaderStats) -> str:
     """What to set ``depth`` and ``max_bytes`` to, when they matter ("" otherwise).
 
-    Depth matters when ``depth="auto"`` moved (pin its largest value to fix the buffer) or
+    Depth matters when ``depth="auto"`` grew past the default of 2 (pin its largest value
+    to fix the buffer) or
     when a fixed depth left the loop waiting while the producer idled (bursty loading);
     ``max_bytes`` when the buffer held at least :data:`MAX_BYTES_HINT`.
     """
@@ -117,10 +120,11 @@ def buffer_advice(stats: LoaderStats) -> str:
         return ""
     parts = []
     if stats.depth is None:
-        parts.append(
-            f"depth='auto' used {stats.depth_min} to {stats.depth_max} batches (median "
-            f"{stats.depth_median}); depth={stats.depth_max} fixes the buffer at its largest"
-        )
+        if stats.depth_max > DEFAULT_DEPTH:
+            parts.append(
+                f"depth='auto' used {stats.depth_min} to {stats.depth_max} batches (median "
+                f"{stats.depth_median}); depth={stats.depth_max} fixes the buffer at its largest"
+            )
     elif stats.advice().startswith("try depth"):
         parts.append(
             f"the producer idled while the loop waited: try depth='auto' "
