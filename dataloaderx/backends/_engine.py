@@ -6,7 +6,8 @@ The pieces, each used by more than one backend:
   a per-batch error, a fatal error or the end, each with the warnings it raised. It
   checks a stop flag before every ``next()``.
 * :class:`Channel` is a bounded single-producer, single-consumer buffer whose waits all
-  time out and re-check a stop flag.
+  time out and re-check a stop flag; bounded by a depth (fixed, or sized by a
+  :class:`~dataloaderx.backends._depth_control.DepthController`) and optionally by bytes.
 * :class:`ThreadedStream` is the consumer side: it unpacks envelopes in the consumer's
   thread and owns the shutdown of the producer thread (``close()``, idempotent).
 * :func:`start_thread_stream` wires the three together on a named daemon thread.
@@ -180,6 +181,11 @@ class Channel:
     build, by the deque's own lock): the ``set()`` cannot precede the ``clear()``.
     Every wait is also bounded by :data:`POLL_SECONDS` and re-checks its stop
     condition, so nothing can hang.
+
+    With ``max_bytes``, an item also waits until the :class:`ByteBudget` admits its size
+    (the producer advertises that size before re-checking, and the consumer wakes it once
+    it fits). With a ``controller`` (``depth="auto"``), each ``get`` feeds a
+    :class:`StallMeter` and applies the depth it returns.
     """
 
     def __init__(
