@@ -113,6 +113,7 @@ class StatsRecorder:
 
     __slots__ = (
         "_consumer",
+        "_frozen_usage",
         "_last_end",
         "_started",
         "backend",
@@ -146,8 +147,10 @@ class StatsRecorder:
         self._started = perf_counter()
         self.ended = self._started
         self._last_end: float | None = None
-        #: Reports the buffer's depths and peak bytes (set when the stream offers it).
+        #: Reports the buffer's depths and peak bytes (set when the stream offers it);
+        #: replaced by its last answer when the epoch's stream closes.
         self.usage: Callable[[], BufferUsage] | None = None
+        self._frozen_usage: BufferUsage | None = None
 
     def record_next(self, start: float, end: float, buffered: int, delivered: bool) -> None:
         """Account for one ``next()`` call of the consumer."""
@@ -173,9 +176,26 @@ class StatsRecorder:
         if self.trace is not None:
             self.trace.append(("produce", start, end))
 
+    def _current_usage(self) -> BufferUsage | None:
+        return self._frozen_usage if self.usage is None else self.usage()
+
+    def freeze_usage(self) -> None:
+        """Keep the buffer usage as it is now and drop the reference to the stream."""
+        self._frozen_usage = self._current_usage()
+        self.usage = None
+
+    def __getstate__(self) -> dict[str, object]:
+        state = {name: getattr(self, name) for name in self.__slots__}
+        state.update(usage=None, _frozen_usage=self._current_usage())  # not the stream
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
     def snapshot(self) -> LoaderStats:
         """Return the figures so far as an immutable :class:`LoaderStats`."""
-        usage = None if self.usage is None else self.usage()
+        usage = self._current_usage()
         return LoaderStats(
             backend=self.backend,
             depth=self.depth,

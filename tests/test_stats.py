@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -248,3 +249,18 @@ def test_buffer_advice_names_depth_and_max_bytes_when_they_matter() -> None:
         depth_median=4, depth_max=4, peak_bytes=10,
     )  # fmt: skip
     assert "try depth='auto' (or depth>=8)" in buffer_advice(bursty)
+
+
+def test_buffer_usage_outlives_the_epoch_and_copies_without_the_stream() -> None:
+    loader = DataLoaderX([torch.zeros(4)] * 10, batch_size=None, backend_options={"depth": 3})
+    iterator = iter(loader)
+    next(iterator)
+    clone = copy.deepcopy(loader)  # mid-epoch: the stream (threads, locks) stays behind
+    assert clone.stats is not None
+    assert clone.stats.depth_max == 3
+    iterator.close()
+    stats = loader.stats
+    assert stats is not None
+    assert stats.depth_max == 3
+    assert stats.peak_bytes is not None
+    assert stats.peak_bytes >= 16

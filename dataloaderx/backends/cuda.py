@@ -56,7 +56,6 @@ class CudaBackend(Backend):
         limits = check_depth_options(
             self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
         )
-        self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
         api = type(self).device_api
         (self.device, self.depth, self.non_blocking, self.transform, self.memory_format) = (
             check_copy_options(
@@ -70,6 +69,7 @@ class CudaBackend(Backend):
                 memory_format=memory_format,
             )
         )
+        self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
         self._init_runtime_state()
 
     def _init_runtime_state(self) -> None:
