@@ -21,7 +21,12 @@ __all__ = ["PrefetchIterator"]
 T_co = TypeVar("T_co", covariant=True)
 
 
-def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any], owner_pid: int) -> None:
+def _shut_down(
+    stream: BatchStream[Any],
+    source: GuardedSource[Any],
+    owner_pid: int,
+    stats: StatsRecorder | None,
+) -> None:
     if os.getpid() != owner_pid:
         # A forked child (a DataLoader worker, say) inherited this iterator: its thread
         # does not exist here and its workers and queues belong to the parent.
@@ -33,6 +38,8 @@ def _shut_down(stream: BatchStream[Any], source: GuardedSource[Any], owner_pid: 
     try:
         stream.close()
     finally:
+        if stats is not None:
+            stats.freeze_usage()
         source.close(timeout=max(0.0, deadline - time.monotonic()))
 
 
@@ -67,8 +74,10 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         import_handoff_modules()
         self._stream: BatchStream[T_co] = backend.open(opened)
         self._buffered: Callable[[], int] | None = getattr(self._stream, "buffered", None)
+        if stats is not None:
+            stats.usage = getattr(self._stream, "buffer_usage", None)
         self._finalizer = weakref.finalize(
-            self, _shut_down, self._stream, self._source, os.getpid()
+            self, _shut_down, self._stream, self._source, os.getpid(), stats
         )
 
     def __iter__(self) -> PrefetchIterator[T_co]:

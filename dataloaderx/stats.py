@@ -11,12 +11,13 @@ producer is another thread: handing a batch over or waiting for room in a full b
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from dataloaderx.backends._depth_control import BufferUsage
     from dataloaderx.backends.base import Backend
 
 __all__ = [
@@ -55,6 +56,13 @@ class LoaderStats:
     #: ``occupancy[k]``: how many ``next()`` calls found ``k`` batches already buffered.
     occupancy: tuple[int, ...]
     trace: tuple[TraceEvent, ...] = field(default=(), repr=False)
+    # Buffer usage, from backends that report it (``None`` otherwise): the depth over the
+    # epoch (smallest, median and largest, per batch; all equal for a fixed depth) and
+    # the most bytes of tensors held in the buffer at once (device bytes for ``cuda``).
+    depth_min: int | None = None
+    depth_median: int | None = None
+    depth_max: int | None = None
+    peak_bytes: int | None = None
 
     @property
     def wait_fraction(self) -> float:
@@ -105,6 +113,7 @@ class StatsRecorder:
 
     __slots__ = (
         "_consumer",
+        "_frozen_usage",
         "_last_end",
         "_started",
         "backend",
@@ -117,6 +126,7 @@ class StatsRecorder:
         "produce_seconds",
         "threaded",
         "trace",
+        "usage",
         "wait_seconds",
     )
 
@@ -137,6 +147,10 @@ class StatsRecorder:
         self._started = perf_counter()
         self.ended = self._started
         self._last_end: float | None = None
+        #: Reports the buffer's depths and peak bytes (set when the stream offers it);
+        #: replaced by its last answer when the epoch's stream closes.
+        self.usage: Callable[[], BufferUsage] | None = None
+        self._frozen_usage: BufferUsage | None = None
 
     def record_next(self, start: float, end: float, buffered: int, delivered: bool) -> None:
         """Account for one ``next()`` call of the consumer."""
@@ -162,8 +176,26 @@ class StatsRecorder:
         if self.trace is not None:
             self.trace.append(("produce", start, end))
 
+    def _current_usage(self) -> BufferUsage | None:
+        return self._frozen_usage if self.usage is None else self.usage()
+
+    def freeze_usage(self) -> None:
+        """Keep the buffer usage as it is now and drop the reference to the stream."""
+        self._frozen_usage = self._current_usage()
+        self.usage = None
+
+    def __getstate__(self) -> dict[str, object]:
+        state = {name: getattr(self, name) for name in self.__slots__}
+        state.update(usage=None, _frozen_usage=self._current_usage())  # not the stream
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
     def snapshot(self) -> LoaderStats:
         """Return the figures so far as an immutable :class:`LoaderStats`."""
+        usage = self._current_usage()
         return LoaderStats(
             backend=self.backend,
             depth=self.depth,
@@ -175,6 +207,10 @@ class StatsRecorder:
             producer_blocked_seconds=self.blocked_seconds if self.threaded else None,
             occupancy=tuple(self.occupancy),
             trace=tuple(self.trace) if self.trace is not None else (),
+            depth_min=None if usage is None else usage.depth_min,
+            depth_median=None if usage is None else usage.depth_median,
+            depth_max=None if usage is None else usage.depth_max,
+            peak_bytes=None if usage is None else usage.peak_bytes,
         )
 
 

@@ -42,6 +42,25 @@ def test_default_workload_prints_a_table(capsys: pytest.CaptureFixture[str]) -> 
     assert any(line.startswith("DataLoader ") for line in lines)
     assert any(line.startswith("thread ") for line in lines)
     assert lines[-1].startswith(("use DataLoaderX", "keep DataLoader", "no backend helps"))
+    assert any("depth min/med/max" in line and "held MiB" in line for line in lines)
+
+
+def test_depth_and_max_bytes_reach_every_backend_that_takes_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run_cli(
+        capsys, *TINY, *FAST, "--json", "--backends", "thread,sync", "--depth", "auto",
+        "--max-bytes", "1KiB",
+    )  # fmt: skip
+    assert code == 0
+    document = json.loads(out)
+    assert document["config"]["depth"] == "auto"
+    assert document["config"]["max_bytes"] == 1024
+    rows = {row["loader"]: row for row in document["results"]}
+    assert rows["thread"]["depth_min"] == 2  # depth='auto' starts at 2
+    assert 0 < rows["thread"]["peak_bytes_held"] <= 1024
+    assert rows["sync"]["depth_min"] is None  # sync has no buffer
+    assert rows["DataLoader"]["peak_bytes_held"] is None
 
 
 @pytest.mark.parametrize(
@@ -76,7 +95,16 @@ def test_debug_shows_the_exception() -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["--batch-size", "0"], ["--num-workers", "-1"], ["--batches", "x"]]
+    "args",
+    [
+        ["--batch-size", "0"],
+        ["--num-workers", "-1"],
+        ["--batches", "x"],
+        ["--depth", "0"],
+        ["--depth", "deep"],
+        ["--max-bytes", "2 lots"],
+        ["--max-bytes", "0"],
+    ],
 )
 def test_bad_numbers_are_rejected_by_the_parser(
     capsys: pytest.CaptureFixture[str], args: list[str]

@@ -16,8 +16,11 @@ def test_backends_lists_every_backend_with_options(capsys: pytest.CaptureFixture
     assert "thread\n" in out
     assert "background (aliases: prefetch_generator)" in out
     assert "sync (aliases: none)" in out
-    assert "options: depth: int = 2" in out
-    assert "Prefetch up to ``depth`` batches in a background thread." in out
+    assert (
+        "options: depth: int | Literal['auto'] = 2, max_depth: int | None = None, "
+        "max_bytes: int | str | None = None"
+    ) in out
+    assert 'Prefetch up to ``depth`` batches (or ``"auto"``) in a background thread.' in out
 
 
 def test_module_entry_point_help() -> None:

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dataloaderx import DataLoaderX, PrefetchIterator
+from dataloaderx import DataLoaderX, PrefetchIterator, available_backends, get_backend
+from dataloaderx.options import backend_option_names
 from tests.helpers import (
     Counter,
     FailingDataset,
@@ -31,6 +32,22 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
+
+#: The prefetching backends run the suite a second time with ``depth="auto"``.
+AUTO_DEPTH = [
+    {"name": name, "depth": "auto"}
+    for name in available_backends()
+    if "max_depth" in (backend_option_names(get_backend(name)) or [])
+]
+
+
+@pytest.fixture(
+    params=[*available_backends(), *AUTO_DEPTH],
+    ids=lambda spec: spec if isinstance(spec, str) else f"{spec['name']}-depth-auto",
+)
+def backend(request: pytest.FixtureRequest) -> Any:
+    """Every backend that can run here by name, and each prefetching one with depth='auto'."""
+    return request.param
 
 
 def both(dataset: Any, backend: str, **kwargs: Any) -> tuple[DataLoader[Any], DataLoaderX[Any]]:

@@ -6,6 +6,8 @@ early exits, persistent workers, warnings, depth) through the real backend code.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import tests.test_contract as contract
@@ -17,8 +19,10 @@ pytestmark = pytest.mark.timeout(60)
 globals().update({name: test for name, test in vars(contract).items() if name.startswith("test_")})
 
 
-@pytest.fixture(params=["cuda"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+@pytest.fixture(
+    params=["cuda", {"name": "cuda", "depth": "auto"}],
+    ids=["cuda", "cuda-depth-auto"],
+)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(CudaBackend, "device_api", RecordingAccelerator())
-    name: str = request.param
-    return name
+    return request.param

@@ -147,3 +147,22 @@ def test_transform_runs_on_the_side_stream_and_user_stream_waits() -> None:
     for result, want, batch in zip(results, expected, batches, strict=True):
         assert torch.equal(result, want)
         assert batch.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("backend", ["cuda", "auto"])
+def test_depth_auto_and_max_bytes_count_device_bytes(backend: str) -> None:
+    """The cap holds for device bytes; host tensors (pinned copies) are not counted."""
+    numel = 1 << 18  # 1 MiB of int32 a batch
+    dataset = ShiftedDataset(60, numel)
+    options = {"depth": "auto", "max_bytes": "3MiB"}
+    loader = DataLoaderX(dataset, batch_size=None, backend=backend, backend_options=options)
+    sums = []
+    for batch in loader:
+        assert batch.is_cuda
+        torch.cuda._sleep(200_000)  # a step on the GPU, so the buffer fills
+        sums.append(int(batch.sum(dtype=torch.int64)))
+    assert sums == [dataset.checksum(i) for i in range(60)]
+    stats = loader.stats
+    assert stats is not None
+    assert stats.peak_bytes is not None
+    assert 4 * numel <= stats.peak_bytes <= 3 * 4 * numel

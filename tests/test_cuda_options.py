@@ -156,6 +156,8 @@ def test_auto_with_an_accelerator_is_the_cuda_backend(fake: RecordingAccelerator
         "transform": None,
         "memory_format": None,
         "pin_threads": None,
+        "max_depth": None,
+        "max_bytes": None,
         "resolved": "cuda",
     }
     assert_same(list(loader), list(DataLoader(RangeDataset(6), batch_size=2)))

@@ -217,7 +217,7 @@ def test_backend_copies_and_pickles_without_its_streams(fake: RecordingAccelerat
     text = repr(backend)
     assert text == (
         "CudaBackend(device=None, depth=3, non_blocking=True, transform=None, "
-        "memory_format=torch.channels_last, pin_threads=None)"
+        "memory_format=torch.channels_last, pin_threads=None, max_depth=None, max_bytes=None)"
     )
     for clone in (copy.deepcopy(backend), pickle.loads(pickle.dumps(backend))):
         assert repr(clone) == text

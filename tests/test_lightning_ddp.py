@@ -103,7 +103,10 @@ def test_ddp_spawn_keeps_the_loader_class_backend_and_options(tmp_path: Path) ->
         assert record["loader_class"] == "DataLoaderX"
         assert record["backend"] == "background"
         assert record["backend_options"] == {"depth": 3}
-        assert record["resolved"] == ["background", {"depth": 3}]
+        assert record["resolved"] == [
+            "background",
+            {"depth": 3, "max_depth": None, "max_bytes": None},
+        ]
         assert record["batch_size"] == 4
         assert record["distributed_sampler"]
         assert record["producer_threads"], f"rank {rank} trained without a producer thread"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from dataloaderx import DataLoaderX
+from dataloaderx.bench.runner import buffer_advice
 from dataloaderx.stats import LoaderStats
 from tests.helpers import RangeDataset, SlowDataset
 
@@ -202,3 +204,63 @@ def test_prefetch_records_stats_like_the_loader(backend: str) -> None:
     quiet = prefetch(range(4), backend=backend, backend_options={"stats": False})
     assert list(quiet) == [0, 1, 2, 3]
     assert quiet.stats is None
+
+
+def test_buffer_usage_is_reported_for_fixed_and_auto_depth() -> None:
+    dataset = [torch.zeros(4) for _ in range(30)]  # 16 bytes a batch
+    fixed = DataLoaderX(dataset, batch_size=None, backend_options={"depth": 3})
+    assert consume(fixed) == 30
+    stats = fixed.stats
+    assert stats is not None
+    assert (stats.depth, stats.depth_min, stats.depth_median, stats.depth_max) == (3, 3, 3, 3)
+    assert stats.peak_bytes is not None
+    assert 16 <= stats.peak_bytes <= 3 * 16
+    auto = DataLoaderX(dataset, batch_size=None, backend_options={"depth": "auto"})
+    assert consume(auto) == 30
+    stats = auto.stats
+    assert stats is not None
+    assert stats.depth is None  # no single depth
+    assert stats.depth_min is not None
+    assert stats.depth_max is not None
+    assert 2 <= stats.depth_min <= (stats.depth_median or 0) <= stats.depth_max <= 16
+
+
+def test_sync_reports_no_buffer_usage() -> None:
+    loader = DataLoaderX(RangeDataset(4), batch_size=2, backend="sync")
+    consume(loader)
+    assert loader.stats is not None
+    assert loader.stats.depth_min is None
+    assert loader.stats.peak_bytes is None
+
+
+def test_buffer_advice_names_depth_and_max_bytes_when_they_matter() -> None:
+    assert buffer_advice(make_stats()) == ""  # no usage reported
+    steady = make_stats(depth_min=2, depth_median=2, depth_max=2, peak_bytes=1000)
+    assert buffer_advice(steady) == ""
+    unmoved = make_stats(depth=None, depth_min=2, depth_median=2, depth_max=2, peak_bytes=10)
+    assert buffer_advice(unmoved) == ""  # depth='auto' stayed at the default
+    auto = make_stats(depth=None, depth_min=2, depth_median=6, depth_max=9, peak_bytes=10**9)
+    assert buffer_advice(auto) == (
+        "depth='auto' used 2 to 9 batches (median 6); depth=9 fixes the buffer at its "
+        "largest; the buffer held up to 954 MiB; max_bytes='954MiB' caps it there"
+    )
+    bursty = make_stats(
+        produce_seconds=3.0, producer_blocked_seconds=2.0, depth=4, depth_min=4,
+        depth_median=4, depth_max=4, peak_bytes=10,
+    )  # fmt: skip
+    assert "try depth='auto' (or depth>=8)" in buffer_advice(bursty)
+
+
+def test_buffer_usage_outlives_the_epoch_and_copies_without_the_stream() -> None:
+    loader = DataLoaderX([torch.zeros(4)] * 10, batch_size=None, backend_options={"depth": 3})
+    iterator = iter(loader)
+    next(iterator)
+    clone = copy.deepcopy(loader)  # mid-epoch: the stream (threads, locks) stays behind
+    assert clone.stats is not None
+    assert clone.stats.depth_max == 3
+    iterator.close()
+    stats = loader.stats
+    assert stats is not None
+    assert stats.depth_max == 3
+    assert stats.peak_bytes is not None
+    assert stats.peak_bytes >= 16

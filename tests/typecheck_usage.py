@@ -20,3 +20,12 @@ def loader_annotations(dataset: Dataset[torch.Tensor]) -> None:
         for batch in scoped:
             assert_type(batch, torch.Tensor)
     assert len(loader) >= 0
+
+
+def buffer_options(dataset: Dataset[torch.Tensor]) -> None:
+    options = {"depth": "auto", "max_bytes": "2GiB"}
+    loader = DataLoaderX[torch.Tensor](dataset, backend="thread", backend_options=options)
+    stats = loader.stats
+    if stats is not None:
+        assert_type(stats.depth_median, int | None)
+        assert_type(stats.peak_bytes, int | None)

@@ -8,7 +8,7 @@ from typing import Any, Final, NamedTuple
 
 import torch
 
-from dataloaderx.backends.base import check_positive_int
+from dataloaderx.backends._depth_options import DepthSpec, check_depth
 
 __all__ = [
     "MAX_AUTO_PIN_THREADS",
@@ -176,7 +176,7 @@ class CopyOptions(NamedTuple):
     """The validated options of the ``cuda`` and ``auto`` backends."""
 
     device: DeviceSpec
-    depth: int
+    depth: DepthSpec
     non_blocking: bool
     transform: Callable[[Any], Any] | None
     memory_format: torch.memory_format | None
@@ -200,7 +200,7 @@ def check_copy_options(
         device=check_device(
             backend, "device", device, accelerator=accelerator, device_count=device_count
         ),
-        depth=check_positive_int(backend, "depth", depth),
+        depth=check_depth(backend, "depth", depth),
         non_blocking=check_bool(backend, "non_blocking", non_blocking),
         transform=check_transform(backend, "transform", transform),
         memory_format=check_memory_format(backend, "memory_format", memory_format),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 
 from dataloaderx._tree import map_tensors
+from dataloaderx.backends._depth_options import check_depth_options
 from dataloaderx.backends._device_options import DeviceSpec, check_copy_options, format_for
 from dataloaderx.backends._engine import start_thread_stream
 from dataloaderx.backends.base import Backend, BatchStream
@@ -35,21 +36,28 @@ class AutoBackend(Backend):
     """``cuda`` when an accelerator is present, else ``thread``: one config for both.
 
     Takes the ``cuda`` options and validates all of them on every machine. Without an
-    accelerator, batches stay on the CPU: ``depth``, ``transform`` and ``memory_format``
-    still apply (in the producer thread), while ``device`` and ``non_blocking`` have no
-    effect, and setting them to anything but their defaults warns once, at construction.
+    accelerator, batches stay on the CPU: ``depth``, ``max_depth``, ``max_bytes`` (then
+    counting host bytes), ``transform`` and ``memory_format`` still apply (in the
+    producer thread), while ``device`` and ``non_blocking`` have no effect, and setting
+    them to anything but their defaults warns once, at construction.
     """
 
     def __init__(
         self,
         *,
         device: DeviceSpec = None,
-        depth: int = 2,
+        depth: int | Literal["auto"] = 2,
         non_blocking: bool = True,
         transform: Callable[[Any], Any] | None = None,
         memory_format: torch.memory_format | str | None = None,
         pin_threads: int | None = None,
+        max_depth: int | None = None,
+        max_bytes: int | str | None = None,
     ) -> None:
+        limits = check_depth_options(
+            self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
+        )
+        self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
         has_accelerator = CudaBackend.unavailable_reason() is None
         api = CudaBackend.device_api
         self._options = check_copy_options(
@@ -74,7 +82,9 @@ class AutoBackend(Backend):
         self.resolved = "cuda" if has_accelerator else "thread"
         self._cuda: CudaBackend | None = None
         if has_accelerator:
-            self._cuda = CudaBackend(**self._options._asdict())
+            self._cuda = CudaBackend(
+                **self._options._asdict(), max_depth=max_depth, max_bytes=max_bytes
+            )
         elif device is not None or not non_blocking or pin_threads is not None:
             warnings.warn(
                 f"backend 'auto' found no accelerator and runs as 'thread': batches stay on "
@@ -94,7 +104,19 @@ class AutoBackend(Backend):
         prepare = None
         if self.transform is not None or self.memory_format is not None:
             prepare = partial(_on_host, self.transform, self.memory_format)
-        return start_thread_stream(source, backend=self.name, depth=self.depth, prepare=prepare)
+        return start_thread_stream(
+            source,
+            backend=self.name,
+            depth=self.depth,
+            prepare=prepare,
+            max_depth=self.max_depth,
+            max_bytes=self.max_bytes,
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {**self._options._asdict(), "resolved": self.resolved}
+        return {
+            **self._options._asdict(),
+            "max_depth": self.max_depth,
+            "max_bytes": self.max_bytes,
+            "resolved": self.resolved,
+        }

@@ -20,7 +20,10 @@ class BatchStream(Protocol[T_co]):
     started, must be safe to call twice and from a finaliser, and must return promptly.
     A generator object satisfies this protocol. A stream may also offer
     ``buffered() -> int``, the number of batches ready to hand out; stall statistics
-    (``loader.stats``) then report how full the buffer was at each ``next()``.
+    (``loader.stats``) then report how full the buffer was at each ``next()``. It may
+    offer ``buffer_usage()`` too, returning the depths used and the peak bytes held, which
+    the statistics then report as ``depth_min``/``depth_median``/``depth_max`` and
+    ``peak_bytes``.
     """
 
     def __next__(self) -> T_co: ...

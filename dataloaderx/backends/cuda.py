@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 
+from dataloaderx.backends._byte_budget import batch_bytes
 from dataloaderx.backends._closing import ClosingStream
+from dataloaderx.backends._depth_options import DEFAULT_MAX_DEPTH, check_depth_options
 from dataloaderx.backends._device_api import DeviceAPI, TorchAccelerator
 from dataloaderx.backends._device_options import (
     DeviceSpec,
@@ -25,6 +27,11 @@ __all__ = ["CudaBackend"]
 T = TypeVar("T")
 
 
+def _device_bytes(ready: Any) -> int:
+    """The bytes a prepared batch holds on the device."""
+    return batch_bytes(ready.batch, device_only=True)
+
+
 @register_backend("cuda", aliases=("cuda_stream",))
 class CudaBackend(Backend):
     """Pin and copy batches to the device on a side stream, ``depth`` batches ahead.
@@ -32,10 +39,12 @@ class CudaBackend(Backend):
     Options: ``device`` (default: the current accelerator device when the epoch starts),
     ``depth``, ``non_blocking``, ``transform`` (called with the device batch, on the
     side stream), ``memory_format`` (for example ``torch.channels_last``, applied to
-    tensors of the matching rank during the copy) and ``pin_threads`` (threads that copy
-    pageable batches into pinned staging memory; ``None``: half the cores, at most 8).
-    The backend pins batches itself, so a loader's ``pin_memory=True`` does not start
-    DataLoader's own pin-memory thread. See ``docs/cuda.md``.
+    tensors of the matching rank during the copy), ``pin_threads`` (threads that copy
+    pageable batches into pinned staging memory; ``None``: half the cores, at most 8),
+    ``max_depth`` (the ceiling of ``depth="auto"``) and ``max_bytes`` (a cap on the
+    device bytes buffered). The backend pins batches itself, so a loader's
+    ``pin_memory=True`` does not start DataLoader's own pin-memory thread. See
+    ``docs/cuda.md``.
     """
 
     #: The accelerator operations the backend uses; tests substitute a recording fake.
@@ -45,12 +54,17 @@ class CudaBackend(Backend):
         self,
         *,
         device: DeviceSpec = None,
-        depth: int = 2,
+        depth: int | Literal["auto"] = 2,
         non_blocking: bool = True,
         transform: Callable[[Any], Any] | None = None,
         memory_format: torch.memory_format | str | None = None,
         pin_threads: int | None = None,
+        max_depth: int | None = None,
+        max_bytes: int | str | None = None,
     ) -> None:
+        limits = check_depth_options(
+            self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
+        )
         api = type(self).device_api
         (
             self.device,
@@ -70,6 +84,7 @@ class CudaBackend(Backend):
             memory_format=memory_format,
             pin_threads=pin_threads,
         )
+        self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
         self._init_runtime_state()
 
     def _init_runtime_state(self) -> None:
@@ -109,6 +124,12 @@ class CudaBackend(Backend):
     def pins_host_memory(self) -> bool:
         return True
 
+    def _deepest(self) -> int:
+        """The most batches the buffer may hold: ``depth``, or the ceiling of ``"auto"``."""
+        if isinstance(self.depth, int):
+            return self.depth
+        return self.max_depth or DEFAULT_MAX_DEPTH
+
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         copier = StreamCopier(
             self._api,
@@ -118,7 +139,7 @@ class CudaBackend(Backend):
             transform=self.transform,
             memory_format=self.memory_format,
             pin_threads=self.pin_threads or auto_pin_threads(),
-            staging_slots=self.depth + 1,
+            staging_slots=self._deepest() + 1,
             thread_name=f"dataloaderx-{self.name}-pin",
         )
         stream = start_thread_stream(
@@ -128,6 +149,9 @@ class CudaBackend(Backend):
             on_start=copier.start,
             prepare=copier.prepare,
             handout=copier.handout,
+            max_depth=self.max_depth,
+            max_bytes=self.max_bytes,
+            measure=_device_bytes,
         )
         return ClosingStream(stream, copier.close)
 

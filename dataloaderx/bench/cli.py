@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataloaderx._suggest import did_you_mean, quoted
+from dataloaderx.backends._depth_options import AUTO, check_depth, check_max_bytes
 from dataloaderx.bench import workload
 from dataloaderx.bench.errors import BenchError
 from dataloaderx.bench.loading import load_dataset, load_step
@@ -41,6 +42,27 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _depth(text: str) -> int | str:
+    try:
+        return check_depth("bench", "--depth", text if text == AUTO else int(text))
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer or 'auto', got {text!r}"
+        ) from None
+
+
+def _max_bytes(text: str) -> int:
+    try:
+        size = check_max_bytes("bench", "--max-bytes", text)
+    except ValueError:
+        size = None
+    if size is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 2GiB, 512MiB or 1000000, got {text!r}"
+        )
+    return size
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``bench`` options to ``parser``."""
     parser.add_argument(
@@ -69,6 +91,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rounds", type=_positive_int, default=3, help="runs per loader, alternated"
+    )
+    parser.add_argument(
+        "--depth",
+        type=_depth,
+        help="depth for every backend that takes one: a number of batches or 'auto' "
+        "(default: each backend's own)",
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=_max_bytes,
+        metavar="SIZE",
+        help="cap on the bytes buffered, for every backend that takes one, e.g. 2GiB",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--plot", metavar="OUT.png", help="save a chart (needs matplotlib)")
@@ -113,6 +147,8 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         batches=batches,
         backends=backends,
         rounds=args.rounds,
+        depth=args.depth,
+        max_bytes=args.max_bytes,
     )
 
 

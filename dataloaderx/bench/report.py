@@ -9,7 +9,17 @@ from dataloaderx.bench.runner import BenchResult
 
 __all__ = ["as_json", "as_table"]
 
-_COLUMNS = ("loader", "epoch s", "batches/s", "vs DataLoader", "stall %", "first batch ms")
+_COLUMNS = (
+    "loader",
+    "epoch s",
+    "batches/s",
+    "vs DataLoader",
+    "stall %",
+    "first batch ms",
+    "depth min/med/max",
+    "held MiB",
+)
+_MIB = 1024**2
 
 
 def _rows(result: BenchResult) -> list[dict[str, Any]]:
@@ -27,10 +37,20 @@ def _rows(result: BenchResult) -> list[dict[str, Any]]:
                 "stall_percent": 100 * run.wait_fraction,
                 "first_batch_ms": 1000 * run.first_batch_seconds,
                 "summary": None if run.stats is None else run.stats.summary(),
+                "depth_min": None if run.stats is None else run.stats.depth_min,
+                "depth_median": None if run.stats is None else run.stats.depth_median,
+                "depth_max": None if run.stats is None else run.stats.depth_max,
+                "peak_bytes_held": None if run.stats is None else run.stats.peak_bytes,
                 "runs_seconds": [r.seconds for r in result.runs[name]],
             }
         )
     return rows
+
+
+def _depths(row: dict[str, Any]) -> str:
+    if row["depth_min"] is None:
+        return "-"
+    return f"{row['depth_min']}/{row['depth_median']}/{row['depth_max']}"
 
 
 def as_table(result: BenchResult) -> str:
@@ -43,6 +63,8 @@ def as_table(result: BenchResult) -> str:
             f"{row['speedup_vs_dataloader']:.2f}x",
             f"{row['stall_percent']:.0f}",
             f"{row['first_batch_ms']:.1f}",
+            _depths(row),
+            "-" if row["peak_bytes_held"] is None else f"{row['peak_bytes_held'] / _MIB:.1f}",
         )
         for row in _rows(result)
     ]
@@ -57,6 +79,9 @@ def as_table(result: BenchResult) -> str:
         f"batch_size={config.batch_size} num_workers={config.num_workers} "
         f"batches={config.batches} rounds={config.rounds} (median of rounds)"
     )
+    for option in ("depth", "max_bytes"):
+        if getattr(config, option) is not None:
+            header += f" {option}={getattr(config, option)!r}"
     return "\n".join([header, "", *lines, "", result.recommendation()])
 
 
@@ -70,6 +95,8 @@ def as_json(result: BenchResult) -> str:
             "batches": config.batches,
             "rounds": config.rounds,
             "backends": list(config.backends),
+            "depth": config.depth,
+            "max_bytes": config.max_bytes,
         },
         "results": _rows(result),
         "best": result.best(),

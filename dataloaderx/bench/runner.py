@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -12,12 +13,19 @@ from torch.utils.data import DataLoader, Dataset
 
 from dataloaderx.bench._progress import Progress
 from dataloaderx.loader import DataLoaderX
+from dataloaderx.options import backend_option_names
+from dataloaderx.registry import get_backend
 from dataloaderx.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEvent
 
-__all__ = ["BASELINE", "BenchConfig", "BenchResult", "RunResult", "run_bench"]
+__all__ = ["BASELINE", "BenchConfig", "BenchResult", "RunResult", "buffer_advice", "run_bench"]
 
 #: Name of the plain ``torch.utils.data.DataLoader`` contestant.
 BASELINE: Final = "DataLoader"
+#: A buffer that held at least this many bytes is worth capping with ``max_bytes``.
+MAX_BYTES_HINT: Final = 256 * 1024**2
+_MIB: Final = 1024**2
+#: The ``depth`` prefetching backends use when none is given.
+DEFAULT_DEPTH: Final = 2
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,9 @@ class BenchConfig:
     batches: int
     backends: tuple[str, ...]
     rounds: int = 2
+    #: ``depth`` and ``max_bytes`` for every backend that takes them (``None``: its default).
+    depth: int | str | None = None
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,14 +102,53 @@ class BenchResult:
         )
         if run.stats is not None:
             line += f"; with it, {run.stats.summary()}"
+            advice = buffer_advice(run.stats)
+            if advice:
+                line += f"\n{advice}"
         return line
+
+
+def buffer_advice(stats: LoaderStats) -> str:
+    """What to set ``depth`` and ``max_bytes`` to, when they matter ("" otherwise).
+
+    Depth matters when ``depth="auto"`` grew past the default of 2 (pin its largest value
+    to fix the buffer) or
+    when a fixed depth left the loop waiting while the producer idled (bursty loading);
+    ``max_bytes`` when the buffer held at least :data:`MAX_BYTES_HINT`.
+    """
+    if stats.depth_min is None or stats.depth_max is None or stats.peak_bytes is None:
+        return ""
+    parts = []
+    if stats.depth is None:
+        if stats.depth_max > DEFAULT_DEPTH:
+            parts.append(
+                f"depth='auto' used {stats.depth_min} to {stats.depth_max} batches (median "
+                f"{stats.depth_median}); depth={stats.depth_max} fixes the buffer at its largest"
+            )
+    elif stats.advice().startswith("try depth"):
+        parts.append(
+            f"the producer idled while the loop waited: try depth='auto' "
+            f"(or depth>={2 * stats.depth})"
+        )
+    if stats.peak_bytes >= MAX_BYTES_HINT:
+        parts.append(
+            f"the buffer held up to {stats.peak_bytes / _MIB:.0f} MiB; "
+            f"max_bytes='{math.ceil(stats.peak_bytes / _MIB)}MiB' caps it there"
+        )
+    return "; ".join(parts)
 
 
 def _make_loader(name: str, config: BenchConfig) -> DataLoader[Any]:
     common: dict[str, Any] = {"batch_size": config.batch_size, "num_workers": config.num_workers}
     if name == BASELINE:
         return DataLoader(config.dataset, **common)
-    return DataLoaderX(config.dataset, backend=name, backend_options={"stats": "trace"}, **common)
+    options: dict[str, Any] = {"stats": "trace"}
+    accepted = backend_option_names(get_backend(name)) or []
+    for option in ("depth", "max_bytes"):
+        value = getattr(config, option)
+        if value is not None and option in accepted:
+            options[option] = value
+    return DataLoaderX(config.dataset, backend=name, backend_options=options, **common)
 
 
 def run_once(name: str, config: BenchConfig, progress: Progress) -> RunResult:
