@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -166,3 +168,37 @@ def test_depth_auto_and_max_bytes_count_device_bytes(backend: str) -> None:
     assert stats is not None
     assert stats.peak_bytes is not None
     assert 4 * numel <= stats.peak_bytes <= 3 * 4 * numel
+
+
+def test_staging_memory_is_bounded_flat_and_given_back_over_10_epochs() -> None:
+    from dataloaderx.backends.cuda import CudaBackend
+
+    api: Any = CudaBackend.device_api
+    dataset = ShiftedDataset(12, 2_000_000)  # 8 MB pageable batches
+    loader = DataLoaderX(dataset, batch_size=None, backend="cuda")
+    batch_bytes = dataset.numel * 4
+    before = api.pinned_bytes
+    peaks = []
+    for _ in range(10):
+        api.peak_pinned_bytes = api.pinned_bytes
+        for index, batch in enumerate(loader):
+            assert int(batch.sum(dtype=torch.int64)) == dataset.checksum(index)
+        peaks.append(api.peak_pinned_bytes - before)
+        assert api.pinned_bytes == before
+    assert max(peaks) <= (2 + 1) * batch_bytes + 3 * 4096, peaks
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pin_memory_true_batches_arrive_on_the_device_without_dataloaders_pin_thread(
+    num_workers: int,
+) -> None:
+    dataset = ShiftedDataset(16, 100_000)
+    loader = DataLoaderX(
+        dataset, batch_size=4, num_workers=num_workers, pin_memory=True, backend="cuda"
+    )
+    with iter(loader) as iterator:
+        assert not hasattr(iterator, "_pin_memory_thread")
+        batches = list(iterator)
+    expected = list(DataLoader(dataset, batch_size=4))
+    assert all(batch.device.type == "cuda" for batch in batches)
+    assert all(torch.equal(b.cpu(), e) for b, e in zip(batches, expected, strict=True))

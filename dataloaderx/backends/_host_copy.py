@@ -4,8 +4,9 @@
 count, which depends on process state the loader does not control: PyTorch's own
 pin-memory thread calls ``torch.set_num_threads(1)``, and ``torchrun`` sets
 ``OMP_NUM_THREADS=1``. :class:`CopyThreads` splits a copy into byte ranges and runs them
-on ``threads`` threads (the caller's thread is one of them); ``copy_`` releases the GIL,
-so the ranges copy in parallel whatever those settings are.
+on ``threads`` threads (the caller's thread is one of them), each range as one
+single-threaded copy that releases the GIL, so the ranges copy in parallel whatever
+those settings are.
 
 The helper threads start on the first copy large enough to split, wait for work in
 short, interruptible steps, and end on :meth:`CopyThreads.close` (safe to call twice).
@@ -19,6 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
+import numpy
 import torch
 
 from dataloaderx.backends._engine import POLL_SECONDS
@@ -28,6 +30,9 @@ __all__ = ["MIN_SPLIT_BYTES", "CopyThreads", "Segment"]
 #: A copy is split only into ranges of at least this many bytes; smaller copies run in
 #: the caller's thread, where handing them to another thread would cost more than it saves.
 MIN_SPLIT_BYTES: Final = 1 << 20
+
+#: Integer dtypes by element size, to copy any dtype as raw elements.
+_SAME_SIZE_INT: Final = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 #: ``(destination, source)``: two tensors of the same shape and dtype.
 Segment = tuple[torch.Tensor, torch.Tensor]
@@ -79,9 +84,24 @@ def plan(segments: Sequence[Segment], threads: int) -> list[list[Segment]]:
     return [group for group in dealt if group]
 
 
+def _copy(destination: torch.Tensor, source: torch.Tensor) -> None:
+    """Copy on this thread alone.
+
+    ``Tensor.copy_`` would split a large copy over the intra-op thread pool, and every
+    copy thread calling it at once would start a pool of its own; numpy's copy is one
+    single-threaded pass that releases the GIL. Elements are copied as same-size
+    integers, so every dtype (``bfloat16`` included) is moved bit for bit.
+    """
+    as_int = _SAME_SIZE_INT.get(source.element_size())
+    if as_int is None or source.is_conj() or source.is_neg() or source.requires_grad:
+        destination.copy_(source)
+        return
+    numpy.copyto(destination.view(as_int).numpy(), source.view(as_int).numpy())
+
+
 def _run(group: Sequence[Segment]) -> None:
     for destination, source in group:
-        destination.copy_(source)
+        _copy(destination, source)
 
 
 class _Job:
