@@ -88,15 +88,3 @@ def test_a_mid_epoch_checkpoint_resumes_the_epoch(
     second = Recorder(backend)
     fit(second, tmp_path / "second", ckpt_path=str(checkpoint))
     assert first.seen + second.seen == reference.seen
-
-
-def test_an_epoch_end_checkpoint_resumes_at_the_next_epoch(tmp_path: Path) -> None:
-    reference = Recorder("thread")
-    fit(reference, tmp_path / "reference")
-    first = Recorder("thread")
-    fit(first, tmp_path / "first", max_epochs=1)
-    [checkpoint] = (tmp_path / "first").rglob("*.ckpt")
-    second = Recorder("thread")
-    fit(second, tmp_path / "second", ckpt_path=str(checkpoint))
-    assert first.seen + second.seen == reference.seen
-    assert len(second.seen) == BATCHES_PER_EPOCH
