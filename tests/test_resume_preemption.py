@@ -75,3 +75,26 @@ def test_sigkill_then_resume_equals_one_uninterrupted_run(
     assert first == reference[: len(first)], kill_at
     assert first[:saved] + second == reference, kill_at
     assert second[: len(first) - saved] == first[saved:], kill_at
+
+
+def test_the_documented_example_resumes(tmp_path: Path) -> None:
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "resume" / "train.py")
+    stopped = subprocess.run(
+        [*scenario_command(example), str(tmp_path), "170"],
+        env=scenario_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert stopped.stdout == ""
+    finished = subprocess.run(
+        [*scenario_command(example), str(tmp_path)],
+        env=scenario_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    # 128 steps per epoch, 3 epochs; the last save before the stop was at step 150.
+    assert finished.stdout.splitlines() == ["resumed at epoch 1, step 150", "done: 384 steps"]
