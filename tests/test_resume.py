@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import BatchSampler, IterableDataset, SequentialSampler
+from torch.utils.data import BatchSampler, DistributedSampler, IterableDataset, SequentialSampler
 
 from dataloaderx import DataLoaderX, ResumeStateError, available_backends
 from tests.helpers import RangeDataset
@@ -48,32 +48,25 @@ def uninterrupted(size: int, **kwargs: Any) -> list[list[list[int]]]:
     return [firsts(loader) for _ in range(EPOCHS)]
 
 
-def resumed(size: int, save_at: int, **kwargs: Any) -> list[list[list[int]]]:
-    """Consume ``save_at`` batches (counted over all epochs), save, resume in a new
-    loader, finish; return every epoch as the two loaders together saw it."""
+def resumed(size: int, save_epoch: int, save_at: int | None, **kwargs: Any) -> list[Any]:
+    """Run up to epoch ``save_epoch``, consume ``save_at`` of its batches (``None``: all of
+    them and the ``StopIteration``), save; resume in a new loader through a ``torch.save``
+    round trip and finish. Return every epoch as the two loaders together saw it."""
     loader = make_loader(size, **kwargs)
-    epochs: list[list[list[int]]] = []
-    consumed = 0
-    state = loader.state_dict()
-    for _ in range(EPOCHS):
-        seen: list[list[int]] = []
-        with iter(loader) as iterator:
-            while consumed < save_at:
-                batch = next(iterator, None)
-                if batch is None:
-                    break
-                seen.append(batch[:, 0].tolist())
-                consumed += 1
-            state = loader.state_dict()
-        epochs.append(seen)
-        if consumed == save_at and len(seen) < len(loader):
-            break
+    epochs = [firsts(loader) for _ in range(save_epoch)]
+    with iter(loader) as iterator:
+        if save_at is None:
+            epochs.append(firsts(iterator))
+        else:
+            epochs.append(firsts([next(iterator) for _ in range(save_at)]))
+        state = loader.state_dict()
     buffer = io.BytesIO()
     torch.save(state, buffer)
     buffer.seek(0)
     fresh = make_loader(size, **kwargs)
     fresh.load_state_dict(torch.load(buffer, weights_only=True))
-    epochs[-1].extend(firsts(fresh))
+    if save_at is not None:
+        epochs[-1].extend(firsts(fresh))
     epochs.extend(firsts(fresh) for _ in range(EPOCHS - len(epochs)))
     return epochs
 
@@ -87,7 +80,8 @@ def resumed(size: int, save_at: int, **kwargs: Any) -> list[list[list[int]]]:
     backend=st.sampled_from(available_backends()),
     workers=st.sampled_from([0, 0, 2]),
     persistent=st.booleans(),
-    save_fraction=st.sampled_from([0.0, 1.0, 2.0, 0.5, 0.99, 1.5]),
+    save_epoch=st.integers(0, EPOCHS - 1),
+    save_fraction=st.sampled_from([0.0, 1.0, None, 0.5, 0.99]),
 )
 def test_resumed_run_equals_uninterrupted_run(
     size: int,
@@ -97,7 +91,8 @@ def test_resumed_run_equals_uninterrupted_run(
     backend: str,
     workers: int,
     persistent: bool,
-    save_fraction: float,
+    save_epoch: int,
+    save_fraction: float | None,
 ) -> None:
     kwargs: dict[str, Any] = {
         "batch_size": batch_size,
@@ -109,10 +104,10 @@ def test_resumed_run_equals_uninterrupted_run(
     }
     expected = uninterrupted(size, **kwargs)
     per_epoch = len(expected[0])
-    # 0.0: before the first batch; 1.0: after the last batch of the first epoch;
-    # 2.0: after the whole run; fractions: inside the first or second epoch.
-    save_at = round(save_fraction * per_epoch)
-    assert resumed(size, save_at, **kwargs) == expected
+    # 0.0: before the first batch; 1.0: after the last batch (before StopIteration);
+    # None: between this epoch and the next; fractions: inside the epoch.
+    save_at = None if save_fraction is None else round(save_fraction * per_epoch)
+    assert resumed(size, save_epoch, save_at, **kwargs) == expected
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -325,3 +320,29 @@ def test_an_iterable_dataset_without_state_is_skipped_with_a_warning(workers: in
         iterator = iter(fresh)
     tail = firsts(iterator)
     assert head + tail == firsts(DataLoaderX(Stream(30), batch_size=4, num_workers=workers))
+
+
+def test_distributed_sampler_set_epoch_keeps_working(backend: str) -> None:
+    def loader() -> tuple[DataLoaderX[torch.Tensor], DistributedSampler[Any]]:
+        sampler = DistributedSampler(RangeDataset(30), num_replicas=2, rank=1, seed=3)
+        made = DataLoaderX(RangeDataset(30), batch_size=2, sampler=sampler, backend=backend)
+        return made, sampler
+
+    reference, sampler = loader()
+    expected = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        expected.append(firsts(reference))
+    first, sampler = loader()
+    sampler.set_epoch(0)
+    assert firsts(first) == expected[0]
+    sampler.set_epoch(1)
+    with iter(first) as iterator:
+        head = firsts([next(iterator) for _ in range(3)])
+        state = first.state_dict()
+    second, sampler = loader()
+    second.load_state_dict(state)
+    sampler.set_epoch(1)
+    assert head + firsts(second) == expected[1]
+    sampler.set_epoch(2)
+    assert firsts(second) == expected[2]
