@@ -170,16 +170,15 @@ class Prefetched(ClosesOnExit, Generic[T]):
         return iterator
 
     def _tracked_runner(self) -> Backend:
-        """The backend for this epoch: counting hand-outs and pairing each batch with the
-        source's state, when the source has one (and no view reports it itself)."""
+        """The backend for this epoch: with a stateful source (and no accelerate view,
+        which reports the state itself), each batch carries the source's state with it."""
         self._loaded_state = None
-        source_state = getattr(self._read, "state_dict", None)
-        if self._base is not None or not callable(getattr(self._read, "load_state_dict", None)):
+        state_dict = getattr(self._read, "state_dict", None)
+        stateful = callable(state_dict) and callable(getattr(self._read, "load_state_dict", None))
+        if self._base is not None or not stateful or state_dict is None:
             return self._runner
-        if not callable(source_state):
-            return self._runner
-        self._position = Position(state=source_state())
-        return TrackedBackend(self._runner, self._position, source_state)
+        self._position = Position(state=state_dict())
+        return TrackedBackend(self._runner, self._position, state_dict)
 
     def _consumed_state_dict(self) -> Any:
         """The source's ``state_dict()`` as of the last batch handed to the loop."""
