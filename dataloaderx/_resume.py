@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from itertools import chain, islice
@@ -22,36 +22,20 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from dataloaderx._consumed import Position, TrackedBackend
+from dataloaderx._resume_state import (
+    GLOBAL_RNG,
+    STATE_FORMAT,
+    STATE_VERSION,
+    Plan,
+    fingerprint,
+    parse_state,
+    sampling_generators,
+)
 from dataloaderx.backends.base import Backend
-from dataloaderx.errors import ResumeStateError
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "ResumeTracker", "ResumedIndices"]
-
-#: The ``"format"`` entry of every state ``DataLoaderX.state_dict()`` returns.
-STATE_FORMAT: Final = "dataloaderx.DataLoaderX"
-#: The newest state layout this version reads and the one it writes.
-STATE_VERSION: Final = 1
-#: The key of torch's global CPU generator in a state's ``"rng"`` mapping.
-GLOBAL_RNG: Final = "global"
+__all__ = ["ResumeTracker", "ResumedIndices"]
 
 _END: Final = object()
-
-
-def _generators(loader: DataLoader[Any]) -> dict[str, torch.Generator]:
-    """The distinct generators the loader's sampling draws from, by where they were found."""
-    batch_sampler_sampler = getattr(loader.batch_sampler, "sampler", None)
-    candidates = (
-        ("loader", loader.generator),
-        ("sampler", getattr(loader.sampler, "generator", None)),
-        ("batch_sampler.sampler", getattr(batch_sampler_sampler, "generator", None)),
-    )
-    found: dict[str, torch.Generator] = {}
-    for key, generator in candidates:
-        if isinstance(generator, torch.Generator) and all(
-            generator is not seen for seen in found.values()
-        ):
-            found[key] = generator
-    return found
 
 
 def _advanced_by_one_draw(state: torch.Tensor) -> torch.Tensor:
@@ -74,35 +58,6 @@ def _forked_global_rng(state: torch.Tensor) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.set_rng_state(state)
         yield
-
-
-def _length(sized: Any) -> int | None:
-    try:
-        return len(sized)
-    except TypeError:
-        return None
-
-
-def _kind(obj: object) -> str | None:
-    return None if obj is None else f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def fingerprint(loader: DataLoader[Any]) -> dict[str, Any]:
-    """The loader arguments a state only makes sense with."""
-    iterable = isinstance(loader.dataset, IterableDataset)
-    found: dict[str, Any] = {
-        "dataset": "iterable" if iterable else "map",
-        "batch_size": loader.batch_size,
-        "drop_last": loader.drop_last,
-        "sampler": _kind(loader.sampler),
-        "batch_sampler": _kind(loader.batch_sampler),
-    }
-    if iterable:
-        found["num_workers"] = loader.num_workers
-    else:
-        found["dataset_length"] = _length(loader.dataset)
-        found["batches_per_epoch"] = _length(loader)
-    return found
 
 
 def _dataset_keeps_state(loader: DataLoader[Any]) -> bool:
@@ -159,17 +114,6 @@ class ResumedIndices:
 
 
 @dataclass
-class _Plan:
-    """A validated state, applied by the next ``iter(loader)``."""
-
-    epoch: int
-    consumed: int
-    rng: dict[str, torch.Tensor]
-    new_iterator: bool
-    dataset_state: Any
-
-
-@dataclass
 class _Epoch:
     """The epoch in progress (or the latest one)."""
 
@@ -184,7 +128,7 @@ class ResumeTracker:
 
     def __init__(self) -> None:
         self._epoch: _Epoch | None = None
-        self._pending: _Plan | None = None
+        self._pending: Plan | None = None
         self._indices: ResumedIndices | None = None
         self._making_iterator = False
         self._warned = False
@@ -207,7 +151,7 @@ class ResumeTracker:
         plan, self._pending = self._pending, None
         previous = self._epoch
         reuses = self._reuses_iterator(loader)
-        generators = _generators(loader)
+        generators = sampling_generators(loader)
         if plan is None:
             index = 0 if previous is None else previous.index + 1
             states = {key: generator.get_state() for key, generator in generators.items()}
@@ -243,7 +187,7 @@ class ResumeTracker:
         return persistent and getattr(loader, "_iterator", None) is not None
 
     def _track(
-        self, loader: DataLoader[Any], backend: Backend, plan: _Plan | None, position: Position
+        self, loader: DataLoader[Any], backend: Backend, plan: Plan | None, position: Position
     ) -> Backend:
         keeps_state = _dataset_keeps_state(loader)
         dataset: Any = loader.dataset
@@ -261,8 +205,8 @@ class ResumeTracker:
             self._warn_skipping(loader, plan.consumed, keeps_state)
         return TrackedBackend(backend, position, snapshot, skip=plan.consumed)
 
-    def _resumed_indices(self, loader: DataLoader[Any], plan: _Plan) -> ResumedIndices:
-        generators = _generators(loader)
+    def _resumed_indices(self, loader: DataLoader[Any], plan: Plan) -> ResumedIndices:
+        generators = sampling_generators(loader)
         at_sampler_start = dict(plan.rng)
         # A new iterator draws its base seed from the loader's generator (or the global
         # one) before the sampler starts; an iterator of persistent workers does not.
@@ -315,109 +259,20 @@ class ResumeTracker:
             "dataset_state": plan.dataset_state,
         }
 
-    def _next_epoch_plan(self, loader: DataLoader[Any]) -> _Plan:
+    def _next_epoch_plan(self, loader: DataLoader[Any]) -> Plan:
         epoch = self._epoch
         if epoch is not None and not epoch.position.finished:
             position = epoch.position
-            return _Plan(
+            return Plan(
                 epoch.index, position.consumed, epoch.rng, epoch.new_iterator, position.state
             )
         # Between epochs: the next one starts from the generators as they are now; the
         # global generator is the process's own until that epoch starts.
-        states = {key: generator.get_state() for key, generator in _generators(loader).items()}
+        generators = sampling_generators(loader)
+        states = {key: generator.get_state() for key, generator in generators.items()}
         index = 0 if epoch is None else epoch.index + 1
-        return _Plan(index, 0, states, not self._reuses_iterator(loader), None)
+        return Plan(index, 0, states, not self._reuses_iterator(loader), None)
 
     def load_state_dict(self, loader: DataLoader[Any], state: object) -> None:
         """Check ``state`` against ``loader``; the next ``iter(loader)`` resumes from it."""
         self._pending = parse_state(loader, state)
-
-
-def _corrupt(key: str, expected: str, value: object) -> ResumeStateError:
-    return ResumeStateError(
-        f"the state's {key!r} must be {expected}, got {value!r} ({type(value).__name__}); "
-        "the state is corrupt: load the mapping DataLoaderX.state_dict() returned"
-    )
-
-
-def _non_negative_int(state: Mapping[str, Any], key: str) -> int:
-    value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _corrupt(key, "an int >= 0", value)
-    return value
-
-
-def _rng_states(value: object) -> dict[str, torch.Tensor]:
-    if not isinstance(value, Mapping):
-        raise _corrupt("rng", "a mapping of generator states", value)
-    for key, state in value.items():
-        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
-            raise _corrupt(f"rng.{key}", "a uint8 tensor (a generator state)", state)
-    return dict(value)
-
-
-def _check_version(state: Mapping[str, Any]) -> None:
-    version = state.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise _corrupt("version", "an int >= 1", version)
-    if version > STATE_VERSION:
-        raise ResumeStateError(
-            f"the state has format version {version}, newer than version {STATE_VERSION}, "
-            "the newest this dataloaderx reads; upgrade dataloaderx to load it"
-        )
-
-
-def _check_fingerprint(loader: DataLoader[Any], saved: object) -> None:
-    if not isinstance(saved, Mapping):
-        raise _corrupt("loader", "a mapping of loader arguments", saved)
-    current = fingerprint(loader)
-    differences = [
-        f"{key} (state: {saved.get(key)!r}, this loader: {current.get(key)!r})"
-        for key in sorted(set(current) | set(saved))
-        if saved.get(key) != current.get(key)
-    ]
-    if differences:
-        raise ResumeStateError(
-            "the state was saved by a loader with other arguments: "
-            + "; ".join(differences)
-            + ". Build the loader with the same dataset, batch_size, drop_last, sampler "
-            "and batch_sampler as the one that saved the state"
-        )
-
-
-def _check_generators(loader: DataLoader[Any], rng: Mapping[str, torch.Tensor]) -> None:
-    expected = set(_generators(loader))
-    saved = set(rng) - {GLOBAL_RNG}
-    if saved != expected or (GLOBAL_RNG in rng and loader.generator is not None):
-        raise ResumeStateError(
-            f"the state holds generator states for {sorted(rng)!r}, but this loader draws "
-            f"from {sorted(expected) or ['the global generator']!r}; pass generator= (or "
-            "none) to the loader and its sampler as in the loader that saved the state"
-        )
-
-
-def parse_state(loader: DataLoader[Any], state: object) -> _Plan:
-    """Validate a state for ``loader``; raise :class:`ResumeStateError` naming the problem."""
-    if not isinstance(state, Mapping):
-        raise ResumeStateError(
-            "load_state_dict() expects the mapping DataLoaderX.state_dict() returns, got "
-            f"{type(state).__name__}"
-        )
-    if state.get("format") != STATE_FORMAT:
-        raise ResumeStateError(
-            f"not a DataLoaderX state: its 'format' is {state.get('format')!r}, expected "
-            f"{STATE_FORMAT!r}; load the mapping DataLoaderX.state_dict() returned"
-        )
-    _check_version(state)
-    _check_fingerprint(loader, state.get("loader"))
-    epoch = _non_negative_int(state, "epoch")
-    consumed = _non_negative_int(state, "consumed")
-    batches = state["loader"].get("batches_per_epoch")
-    if isinstance(batches, int) and consumed > batches:
-        raise _corrupt("consumed", f"at most the {batches} batches of an epoch", consumed)
-    rng = _rng_states(state.get("rng"))
-    _check_generators(loader, rng)
-    new_iterator = state.get("new_iterator")
-    if not isinstance(new_iterator, bool):
-        raise _corrupt("new_iterator", "a bool", new_iterator)
-    return _Plan(epoch, consumed, rng, new_iterator, state.get("dataset_state"))
