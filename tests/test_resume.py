@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import time
+from collections import deque
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import pytest
@@ -13,9 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, DistributedSampler, IterableDataset, SequentialSampler
 
-from dataloaderx import DataLoaderX, ResumeStateError, available_backends
+from dataloaderx import (
+    Backend,
+    BatchStream,
+    DataLoaderX,
+    ResumeStateError,
+    available_backends,
+    register_backend,
+)
 from tests.helpers import RangeDataset
 from tests.reliability_support import takes_depth
+from tests.test_registry import clean_registry  # noqa: F401 - a fixture
 
 EPOCHS = 2
 
@@ -346,3 +356,32 @@ def test_distributed_sampler_set_epoch_keeps_working(backend: str) -> None:
     assert head + firsts(second) == expected[1]
     sampler.set_epoch(2)
     assert firsts(second) == expected[2]
+
+
+class ReadAhead(Backend):
+    """A third-party backend: reads three batches ahead of the loop, in its own way."""
+
+    def open(self, source: Iterator[Any]) -> BatchStream[Any]:
+        def stream() -> Iterator[Any]:
+            ahead: deque[Any] = deque(islice(source, 3))
+            while ahead:
+                yield ahead.popleft()
+                ahead.extend(islice(source, 1))
+
+        return stream()
+
+
+@pytest.mark.usefixtures("clean_registry")
+def test_a_third_party_backend_is_tracked_without_code_of_its_own() -> None:
+    register_backend("readahead")(ReadAhead)
+    dataset = CountingDataset(40)
+    loader = make_loader(40, dataset=dataset, batch_size=4, shuffle=True, backend="readahead")
+    expected = firsts(make_loader(40, batch_size=4, shuffle=True))
+    with iter(loader) as iterator:
+        head = firsts([next(iterator) for _ in range(4)])
+        assert len(dataset.read) == 6 * 4  # two batches made beyond those the loop saw
+        state = loader.state_dict()
+    assert state["consumed"] == 4
+    fresh = make_loader(40, batch_size=4, shuffle=True, backend="readahead")
+    fresh.load_state_dict(state)
+    assert head + firsts(fresh) == expected
