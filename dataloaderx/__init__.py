@@ -7,7 +7,12 @@ Change ``DataLoader(...)`` to ``DataLoaderX(...)``; pick a prefetch backend with
 from __future__ import annotations
 
 from dataloaderx.backends.base import Backend, BatchStream
-from dataloaderx.errors import BackendUnavailableError, ConfigError, UnknownBackendError
+from dataloaderx.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    ResumeStateError,
+    UnknownBackendError,
+)
 from dataloaderx.iterator import PrefetchIterator
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.prefetching import Prefetched, SizedPrefetched, prefetch
@@ -26,6 +31,7 @@ __all__ = [
     "DataLoaderX",
     "PrefetchIterator",
     "Prefetched",
+    "ResumeStateError",
     "SizedPrefetched",
     "UnknownBackendError",
     "__version__",

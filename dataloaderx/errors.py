@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BackendUnavailableError", "ConfigError", "UnknownBackendError"]
+__all__ = ["BackendUnavailableError", "ConfigError", "ResumeStateError", "UnknownBackendError"]
 
 
 class UnknownBackendError(ValueError):
@@ -15,3 +15,7 @@ class BackendUnavailableError(RuntimeError):
 
 class ConfigError(ValueError):
     """A loader configuration (mapping or file) is malformed or holds unknown keys."""
+
+
+class ResumeStateError(ValueError):
+    """A state given to ``load_state_dict()`` does not fit the loader, is corrupt or too new."""

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from dataloaderx._resume import ResumeTracker
 from dataloaderx._source import GuardedSource
 from dataloaderx.backends.base import Backend
 from dataloaderx.iterator import PrefetchIterator
@@ -72,6 +73,7 @@ class DataLoaderX(DataLoader[T_co]):
         self.backend_options = backend_options
         self._previous_epoch: weakref.ref[PrefetchIterator[T_co]] | None = None
         self._previous_source: GuardedSource[Any] | None = None
+        self._resume = ResumeTracker()
         super().__init__(
             dataset,
             batch_size,
@@ -125,11 +127,12 @@ class DataLoaderX(DataLoader[T_co]):
         reuses_workers = self.persistent_workers and self.num_workers > 0
         if reuses_workers:
             self._let_go_of_shared_iterator()
-        inner = super().__iter__()
+        with self._resume.epoch(self, self._prefetch_backend) as tracked_backend:
+            inner = super().__iter__()
         release = None if reuses_workers else getattr(inner, "_shutdown_workers", None)
         iterator = PrefetchIterator(
             inner,
-            self._prefetch_backend,
+            tracked_backend,
             release,
             self._stats.start(self._prefetch_backend, self.num_workers),
         )
@@ -162,6 +165,30 @@ class DataLoaderX(DataLoader[T_co]):
             and torch.accelerator.is_available()
             and self._prefetch_backend.pins_host_memory()
         )
+
+    @property
+    def _index_sampler(self) -> Any:
+        # DataLoader reads its indices from here; a resumed epoch skips the consumed ones.
+        sampler = super()._index_sampler
+        resume: ResumeTracker | None = self.__dict__.get("_resume")
+        return sampler if resume is None else resume.index_sampler(sampler)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed to the training loop.
+
+        Batches prefetched but not yet handed out are not counted. The state is plain
+        data (ints, strings, dicts and generator-state tensors) that ``torch.save`` writes
+        and ``torch.load(weights_only=True)`` reads; see "Resuming mid-epoch" in the docs.
+        """
+        return self._resume.state_dict(self)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Make the next ``iter(loader)`` continue the epoch ``state_dict`` describes.
+
+        Raises :class:`~dataloaderx.ResumeStateError` if the state was saved by a loader
+        with other arguments, is corrupt, or has a newer format version.
+        """
+        self._resume.load_state_dict(self, state_dict)
 
     def _let_go_of_shared_iterator(self) -> None:
         """Stop the previous epoch's producer and wait until it no longer uses the

@@ -12,6 +12,7 @@ from typing import Any, Final, Generic, TypeVar, overload
 
 from torch.utils.data import DataLoader
 
+from dataloaderx._consumed import Position, TrackedBackend
 from dataloaderx._wrapper import ClosesOnExit, delegate
 from dataloaderx.backends.base import Backend
 from dataloaderx.iterator import PrefetchIterator
@@ -57,6 +58,16 @@ def _view_with_prefetched_base(iterable: Iterable[Any], backend: Backend, stats:
     view = object.__new__(type(iterable))
     vars(view).update(attributes)
     vars(view)["base_dataloader"] = _wrap(base, backend, stats)
+    update = getattr(view, "_update_state_dict", None)
+    if callable(update):
+        # accelerate snapshots the base loader's state as the loop gets each batch
+        # (use_stateful_dataloader); keep the prepared loader's copy, which
+        # Accelerator.save_state() reads, equal to the view's.
+        def update_both() -> None:
+            update()
+            attributes["dl_state_dict"] = vars(view).get("dl_state_dict")
+
+        vars(view)["_update_state_dict"] = update_both
     return view
 
 
@@ -82,8 +93,12 @@ _OWN_ATTRIBUTES: Final = frozenset(
         "_runner",
         "_base",
         "_stats",
+        "_position",
+        "_loaded_state",
     }
 )
+#: Methods offered when the wrapped iterable has them, answering for the consumed batches.
+_STATE_METHODS: Final = frozenset({"state_dict", "load_state_dict"})
 
 
 class Prefetched(ClosesOnExit, Generic[T]):
@@ -96,6 +111,11 @@ class Prefetched(ClosesOnExit, Generic[T]):
     iterator) gives one epoch; a re-iterable one (a loader) gives one per ``iter()``.
     Attributes not defined here, such as ``set_epoch`` or ``dataset``, are read from
     the wrapped iterable.
+
+    If the iterable has ``state_dict()`` and ``load_state_dict()`` (torchdata's
+    ``StatefulDataLoader``, a ``DataLoaderX``), so does this object: ``state_dict()``
+    returns the iterable's state as it was right after the last batch handed to the
+    loop was made, not the state of the batches prefetched beyond it.
     """
 
     def __init__(self, iterable: Iterable[T], backend: Backend, stats: EpochStats) -> None:
@@ -111,6 +131,8 @@ class Prefetched(ClosesOnExit, Generic[T]):
         self._read: Iterable[T] = iterable if view is None else view
         self._runner = backend if view is None else make_backend("sync", None)
         self._base: Prefetched[Any] | None = None if view is None else view.base_dataloader
+        self._position: Position | None = None
+        self._loaded_state: Any = None
 
     @property
     def iterable(self) -> Iterable[T]:
@@ -142,10 +164,37 @@ class Prefetched(ClosesOnExit, Generic[T]):
         recorder = None
         if self._base is None:
             recorder = self._stats.start(self._backend, getattr(self._read, "num_workers", 0))
-        iterator = PrefetchIterator(inner, self._runner, release, recorder)
+        iterator = PrefetchIterator(inner, self._tracked_runner(), release, recorder)
         self._epochs_started += 1
         self._current = weakref.ref(iterator)
         return iterator
+
+    def _tracked_runner(self) -> Backend:
+        """The backend for this epoch: with a stateful source (and no accelerate view,
+        which reports the state itself), each batch carries the source's state with it."""
+        self._loaded_state = None
+        state_dict = getattr(self._read, "state_dict", None)
+        stateful = callable(state_dict) and callable(getattr(self._read, "load_state_dict", None))
+        if self._base is not None or not stateful or state_dict is None:
+            return self._runner
+        self._position = Position(state=state_dict())
+        return TrackedBackend(self._runner, self._position, state_dict)
+
+    def _consumed_state_dict(self) -> Any:
+        """The source's ``state_dict()`` as of the last batch handed to the loop."""
+        if self._loaded_state is not None:
+            return self._loaded_state
+        position = self._position
+        if position is None or position.finished:
+            return self._read.state_dict()  # type: ignore[attr-defined]
+        return position.state
+
+    def _load_state_dict(self, state_dict: Any) -> None:
+        """Load ``state_dict`` into the source; the next ``iter()`` continues from it."""
+        self._finish_epoch(wait=True)
+        self._read.load_state_dict(state_dict)  # type: ignore[attr-defined]
+        self._position = None
+        self._loaded_state = state_dict
 
     def close(self) -> None:
         """Stop the running epoch, if any, as its iterator's ``close()`` does.
@@ -167,7 +216,10 @@ class Prefetched(ClosesOnExit, Generic[T]):
         return f"{type(self).__name__}({self._iterable!r}, backend={self._backend!r})"
 
     def __getattr__(self, name: str) -> Any:
-        return delegate(self._read, name, _OWN_ATTRIBUTES)
+        found = delegate(self._read, name, _OWN_ATTRIBUTES)
+        if name in _STATE_METHODS and self._base is None:
+            return self._consumed_state_dict if name == "state_dict" else self._load_state_dict
+        return found
 
 
 class SizedPrefetched(Prefetched[T]):

@@ -125,3 +125,64 @@ def test_accumulation_syncs_on_the_same_steps(
     expected = sync_steps(prepared)
     assert expected == [False, False, False, True, False, False, True]
     assert sync_steps(prefetch(prepared, backend=backend)) == expected
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_state_counts_the_batches_the_loop_saw(
+    backend: str, num_workers: int
+) -> None:
+    pytest.importorskip("torchdata", reason="pip install 'dataloaderx[integrations]'")
+    config = accelerate.utils.DataLoaderConfiguration(use_stateful_dataloader=True)
+    stateful = accelerate.Accelerator(cpu=True, dataloader_config=config)
+    try:
+
+        def prepared() -> Any:
+            return stateful.prepare(
+                DataLoader(RangeDataset(40), batch_size=2, num_workers=num_workers)
+            )
+
+        expected = [batch[:, 0].tolist() for batch in prepared()]
+        first = prepared()
+        batches = prefetch(first, backend=backend)
+        options = batches.prefetch_backend.describe()
+        with iter(batches) as iterator:
+            head = []
+            for _ in range(5):
+                head.append(next(iterator)[:, 0].tolist())
+                time.sleep(0.02)  # let the producer run ahead by up to its depth
+            # What Accelerator.save_state() reads: the prepared loader's own state_dict().
+            state = first.state_dict()
+            assert batches.state_dict() == state
+        second = prepared()
+        second.load_state_dict(state)  # as Accelerator.load_state() does
+        tail = [batch[:, 0].tolist() for batch in prefetch(second, backend=backend)]
+        assert head + tail == expected, options
+    finally:
+        accelerate.state.AcceleratorState._reset_state(reset_partial_state=True)
+        accelerate.state.GradientState._reset_state()
+
+
+def test_prefetch_of_a_stateful_dataloader_answers_for_consumed_batches(backend: str) -> None:
+    stateful_dataloader = pytest.importorskip(
+        "torchdata.stateful_dataloader", reason="pip install 'dataloaderx[integrations]'"
+    )
+
+    def loader() -> Any:
+        generator = torch.Generator()
+        generator.manual_seed(0)
+        return stateful_dataloader.StatefulDataLoader(
+            RangeDataset(30), batch_size=3, shuffle=True, generator=generator
+        )
+
+    expected = [batch[:, 0].tolist() for batch in loader()]
+    batches = prefetch(loader(), backend=backend)
+    with iter(batches) as iterator:
+        head = [next(iterator)[:, 0].tolist() for _ in range(4)]
+        time.sleep(0.05)
+        state = batches.state_dict()
+    assert state["_num_yielded"] == 4
+    resumed = prefetch(loader(), backend=backend)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state
+    assert head + [batch[:, 0].tolist() for batch in resumed] == expected
+    assert not hasattr(prefetch(DataLoader(RangeDataset(4))), "state_dict")
