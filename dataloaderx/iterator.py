@@ -67,6 +67,8 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         import_handoff_modules()
         self._stream: BatchStream[T_co] = backend.open(opened)
         self._buffered: Callable[[], int] | None = getattr(self._stream, "buffered", None)
+        if stats is not None:
+            stats.mode_log = getattr(self._stream, "mode_log", None)
         self._finalizer = weakref.finalize(
             self, _shut_down, self._stream, self._source, os.getpid()
         )

@@ -15,6 +15,9 @@ import psutil
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
+from dataloaderx import get_backend
+from dataloaderx.options import backend_option_names
+
 Pair = namedtuple("Pair", ["left", "right"])
 
 
@@ -231,3 +234,14 @@ def wait_until_clean(
             return left_threads, left_children
         gc.collect()
         time.sleep(0.01)
+
+
+def always_prefetching(backend: str, **options: Any) -> dict[str, Any]:
+    """``options`` plus ``adaptive=False`` where ``backend`` has that option.
+
+    For tests of the prefetching machinery itself (how far ahead a producer runs, how
+    full its buffer gets), which adaptive backends only use while it pays.
+    """
+    if "adaptive" in (backend_option_names(get_backend(backend)) or []):
+        options["adaptive"] = False
+    return options

@@ -22,6 +22,7 @@ from tests.helpers import (
     SlowDataset,
     StructDataset,
     WarningDataset,
+    always_prefetching,
     assert_same,
     assert_same_events,
     child_pids,
@@ -292,7 +293,7 @@ def test_interrupt_in_producer_reaches_consumer(
 @pytest.mark.parametrize("depth", [1, 3])
 def test_never_more_than_depth_batches_ahead(backend: str, depth: int) -> None:
     counter = Counter()
-    options = {} if backend == "sync" else {"depth": depth}
+    options = {} if backend == "sync" else always_prefetching(backend, depth=depth)
     loader = DataLoaderX(
         RangeDataset(100),
         batch_size=1,

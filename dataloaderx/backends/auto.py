@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 import torch
 
 from dataloaderx._tree import map_tensors
+from dataloaderx.backends import _adaptive
 from dataloaderx.backends._device_options import DeviceSpec, check_copy_options, format_for
 from dataloaderx.backends._engine import start_thread_stream
-from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.backends.base import Backend, BatchStream, check_bool
 from dataloaderx.backends.cuda import CudaBackend
 from dataloaderx.registry import register_backend
 
@@ -36,8 +37,9 @@ class AutoBackend(Backend):
 
     Takes the ``cuda`` options and validates all of them on every machine. Without an
     accelerator, batches stay on the CPU: ``depth``, ``transform`` and ``memory_format``
-    still apply (in the producer thread), while ``device`` and ``non_blocking`` have no
-    effect, and setting them to anything but their defaults warns once, at construction.
+    still apply, while ``device`` and ``non_blocking`` have no effect, and setting them to
+    anything but their defaults warns once, at construction. Without an accelerator it
+    prefetches only while that pays, as ``thread`` does, unless ``adaptive=False``.
     """
 
     def __init__(
@@ -48,7 +50,9 @@ class AutoBackend(Backend):
         non_blocking: bool = True,
         transform: Callable[[Any], Any] | None = None,
         memory_format: torch.memory_format | str | None = None,
+        adaptive: bool = True,
     ) -> None:
+        self.adaptive = check_bool(self.name, "adaptive", adaptive)
         has_accelerator = CudaBackend.unavailable_reason() is None
         api = CudaBackend.device_api
         self._options = check_copy_options(
@@ -65,6 +69,7 @@ class AutoBackend(Backend):
             self._options
         )
         self.resolved = "cuda" if has_accelerator else "thread"
+        self._policy = _adaptive.new_policy() if adaptive and not has_accelerator else None
         self._cuda: CudaBackend | None = None
         if has_accelerator:
             self._cuda = CudaBackend(**self._options._asdict())
@@ -83,7 +88,11 @@ class AutoBackend(Backend):
         prepare = None
         if self.transform is not None or self.memory_format is not None:
             prepare = partial(_on_host, self.transform, self.memory_format)
-        return start_thread_stream(source, backend=self.name, depth=self.depth, prepare=prepare)
+        if self._policy is None:
+            return start_thread_stream(source, backend=self.name, depth=self.depth, prepare=prepare)
+        return _adaptive.start_adaptive_stream(
+            source, backend=self.name, depth=self.depth, prepare=prepare, policy=self._policy
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {**self._options._asdict(), "resolved": self.resolved}
+        return {**self._options._asdict(), "adaptive": self.adaptive, "resolved": self.resolved}

@@ -6,7 +6,7 @@ import abc
 from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Backend", "BatchStream", "check_positive_int"]
+__all__ = ["Backend", "BatchStream", "check_bool", "check_positive_int"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -77,5 +77,15 @@ def check_positive_int(backend: str, option: str, value: object) -> int:
         raise ValueError(
             f"backend {backend!r} option {option!r} must be an int >= 1, got {value!r}; "
             f"an unbounded queue is not allowed, use {option}=1 or more"
+        )
+    return value
+
+
+def check_bool(backend: str, option: str, value: object) -> bool:
+    """Return ``value`` if it is ``True`` or ``False``, else raise a message naming the option."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"backend {backend!r} option {option!r} must be True or False, "
+            f"got {value!r} ({type(value).__name__})"
         )
     return value
