@@ -245,3 +245,35 @@ def always_prefetching(backend: str, **options: Any) -> dict[str, Any]:
     if "adaptive" in (backend_option_names(get_backend(backend)) or []):
         options["adaptive"] = False
     return options
+
+
+class SwitchingPolicy:
+    """A prefetch-mode policy that switches on a fixed pattern, whatever the timings.
+
+    Batch ``k`` of every epoch is made in ``pattern[k % len(pattern)]`` mode; the default
+    pattern switches both ways several times within a few batches.
+    """
+
+    def __init__(self, pattern: str = "IPPIPPPIIP") -> None:
+        self.pattern = pattern
+        self.index = 0
+        self.observed: list[Any] = []
+
+    @property
+    def wanted(self) -> Any:
+        return "prefetch" if self.pattern[self.index % len(self.pattern)] == "P" else "inline"
+
+    @property
+    def probing(self) -> bool:
+        return self.index % 3 == 1  # exercise the timed path of the source too
+
+    @property
+    def reason(self) -> str:
+        return "scripted"
+
+    def start_epoch(self) -> None:
+        self.index = 0
+
+    def observe(self, cycle: Any) -> None:
+        self.observed.append(cycle)
+        self.index += 1

@@ -17,7 +17,8 @@ def test_backends_lists_every_backend_with_options(capsys: pytest.CaptureFixture
     assert "background (aliases: prefetch_generator)" in out
     assert "sync (aliases: none)" in out
     assert "options: depth: int = 2" in out
-    assert "Prefetch up to ``depth`` batches in a background thread." in out
+    assert "Prefetch up to ``depth`` batches in a background thread, while that pays." in out
+    assert "options: depth: int = 2, adaptive: bool = True" in out
 
 
 def test_module_entry_point_help() -> None:

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dataloaderx import DataLoaderX, PrefetchIterator
+from dataloaderx import DataLoaderX, PrefetchIterator, available_backends
+from dataloaderx.backends import _adaptive
 from tests.helpers import (
     Counter,
     FailingDataset,
@@ -21,6 +22,7 @@ from tests.helpers import (
     ShortLenIterable,
     SlowDataset,
     StructDataset,
+    SwitchingPolicy,
     WarningDataset,
     always_prefetching,
     assert_same,
@@ -32,6 +34,19 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
+
+#: ``thread`` with a policy that switches between prefetching and inline mid-epoch.
+SWITCHING = "thread-switching"
+
+
+@pytest.fixture(params=[*available_backends(), SWITCHING])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every available backend, and ``thread`` forced to switch modes every few batches."""
+    name: str = request.param
+    if name == SWITCHING:
+        monkeypatch.setattr(_adaptive, "new_policy", SwitchingPolicy)
+        return "thread"
+    return name
 
 
 def both(dataset: Any, backend: str, **kwargs: Any) -> tuple[DataLoader[Any], DataLoaderX[Any]]:

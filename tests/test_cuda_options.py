@@ -152,6 +152,7 @@ def test_auto_with_an_accelerator_is_the_cuda_backend(fake: RecordingAccelerator
         "non_blocking": True,
         "transform": None,
         "memory_format": None,
+        "adaptive": True,
         "resolved": "cuda",
     }
     assert_same(list(loader), list(DataLoader(RangeDataset(6), batch_size=2)))

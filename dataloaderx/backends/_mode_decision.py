@@ -264,6 +264,7 @@ class ModeChooser:
         self._gap *= 2
         self.rechecks += 1
         if self._mode == INLINE:
-            self._inline = list(window)
+            # The newest half: the median moved, so they are all past the change.
+            self._inline = list(window)[DRIFT_WINDOW // 2 :]
         self._window.clear()
         self._probe = PREFETCH
