@@ -19,6 +19,7 @@ def test_backends_lists_every_backend_with_options(capsys: pytest.CaptureFixture
     assert "options: depth: int = 2" in out
     assert "Prefetch up to ``depth`` batches in a background thread, while that pays." in out
     assert "options: depth: int = 2, adaptive: bool = True" in out
+    assert "on unless adaptive=False" in out
 
 
 def test_module_entry_point_help() -> None:

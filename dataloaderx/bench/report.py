@@ -27,6 +27,7 @@ def _rows(result: BenchResult) -> list[dict[str, Any]]:
                 "stall_percent": 100 * run.wait_fraction,
                 "first_batch_ms": 1000 * run.first_batch_seconds,
                 "summary": None if run.stats is None else run.stats.summary(),
+                "mode": None if run.stats is None else run.stats.mode,
                 "runs_seconds": [r.seconds for r in result.runs[name]],
             }
         )
@@ -57,7 +58,8 @@ def as_table(result: BenchResult) -> str:
         f"batch_size={config.batch_size} num_workers={config.num_workers} "
         f"batches={config.batches} rounds={config.rounds} (median of rounds)"
     )
-    return "\n".join([header, "", *lines, "", result.recommendation()])
+    modes = [f"{row['loader']} ran {row['mode']}" for row in _rows(result) if row["mode"]]
+    return "\n".join([header, "", *lines, "", *modes, result.recommendation()])
 
 
 def as_json(result: BenchResult) -> str:
