@@ -12,6 +12,7 @@ from dataloaderx.backends._mode_decision import (
     INLINE_PROBE,
     PREFETCH,
     PREFETCH_PROBE,
+    PROBE_MAX,
     Cycle,
     Mode,
     ModeChooser,
@@ -105,7 +106,8 @@ def test_fast_step_with_workers_makes_batches_inline() -> None:
     chooser = ModeChooser()
     workers = Workload(step=0.01 * MS, produce=0.2 * MS, produce_cpu=0.02 * MS, parallel=1.0)
     modes = run(chooser, lambda _: workers, 500)
-    assert modes.count(PREFETCH) == PREFETCH_PROBE
+    # Short cycles are probed longer (5 ms' worth), which costs little at this size.
+    assert PREFETCH_PROBE < modes.count(PREFETCH) <= PROBE_MAX
     assert modes[-400:] == [INLINE] * 400
     assert chooser.decisions == 1
     assert chooser.reason.startswith("prefetching did not pay: ")
@@ -163,11 +165,11 @@ def test_a_cost_that_keeps_changing_is_re_checked_less_and_less_often() -> None:
 def test_the_decision_carries_over_short_epochs() -> None:
     chooser = ModeChooser()
     workers = Workload(step=0.01 * MS, produce=0.2 * MS, parallel=1.0)
-    epochs = [run(chooser, lambda _: workers, 3) for _ in range(8)]
+    epochs = [run(chooser, lambda _: workers, 3) for _ in range(40)]
     assert all(modes[0] == INLINE for modes in epochs)
     assert chooser.decisions == 1
     assert epochs[-1] == [INLINE] * 3
-    assert sum(modes.count(PREFETCH) for modes in epochs) == PREFETCH_PROBE
+    assert sum(modes.count(PREFETCH) for modes in epochs) <= PROBE_MAX
 
 
 def test_a_new_epoch_keeps_prefetching_after_its_first_batch() -> None:
@@ -185,7 +187,7 @@ def test_cpu_figures_are_asked_for_only_while_probing_prefetch() -> None:
     for _ in range(30):
         asked.append(chooser.probing)
         mode = chooser.wanted
-        load = Workload(step=0.01 * MS, produce=0.2 * MS, parallel=1.0)
+        load = Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0)
         chooser.observe(load.prefetch() if mode == PREFETCH else load.inline())
     assert asked[0] is False  # the first batch is made inline, untimed
     assert asked[1 : 1 + PREFETCH_PROBE] == [True] * PREFETCH_PROBE
@@ -194,7 +196,7 @@ def test_cpu_figures_are_asked_for_only_while_probing_prefetch() -> None:
 
 def test_batches_left_in_the_buffer_are_not_counted() -> None:
     chooser = ModeChooser()
-    run(chooser, lambda _: Workload(step=0.01 * MS, produce=0.2 * MS, parallel=1.0), 5)
+    run(chooser, lambda _: Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0), 5)
     assert chooser.wanted == INLINE  # the prefetch probe is over; the inline one starts
     for _ in range(10):
         chooser.observe(Cycle(None, 1.0, 0.0))  # drained: they say nothing about inline

@@ -106,21 +106,22 @@ class _PausableSource(Generic[T]):
 
 
 class ModeLog:
-    """Which mode made how many batches this epoch, and why the latest was chosen."""
+    """Which mode made how many batches this epoch, and why the policy chose it."""
 
-    __slots__ = ("counts", "mode", "reason")
+    __slots__ = ("counts", "mode", "policy")
 
-    def __init__(self) -> None:
+    def __init__(self, policy: ModePolicy) -> None:
         self.counts: dict[str, int] = {PREFETCH: 0, INLINE: 0}
         self.mode: str | None = None
-        self.reason = ""
+        self.policy = policy
 
     def line(self) -> str:
         """One line, for example ``inline (prefetching did not pay: ...); 6 of 500 ...``."""
         if self.mode is None:
             return "no batch made yet"
         total = sum(self.counts.values())
-        return f"{self.mode} ({self.reason}); {self.counts[PREFETCH]} of {total} batches prefetched"
+        prefetched = self.counts[PREFETCH]
+        return f"{self.mode} ({self.policy.reason}); {prefetched} of {total} batches prefetched"
 
 
 class AdaptiveStream(Generic[T]):
@@ -146,7 +147,7 @@ class AdaptiveStream(Generic[T]):
         self._last_end: float | None = None
         self._last_cpu = 0.0
         self._first = True
-        self.mode_log = ModeLog()
+        self.mode_log = ModeLog(policy)
         policy.start_epoch()
         self._follow_policy()
 
@@ -216,7 +217,6 @@ class AdaptiveStream(Generic[T]):
             policy.observe(Cycle(mode, 0.0, end - start))
         elif last is not None:
             policy.observe(Cycle(mode, end - last, end - start, cpu, produced))
-        log.reason = policy.reason
         self._follow_policy()
         if policy.probing:
             self._last_cpu = thread_time()

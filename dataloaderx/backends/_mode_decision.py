@@ -37,8 +37,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Final, Literal, NamedTuple, Protocol
 
 __all__ = [
     "DRIFT_FACTOR",
@@ -57,29 +56,33 @@ Mode = Literal["prefetch", "inline"]
 PREFETCH: Final = "prefetch"
 INLINE: Final = "inline"
 
-#: Prefetched cycles measured before deciding.
+#: Prefetched cycles measured before deciding (at least).
 PREFETCH_PROBE: Final = 4
-#: Inline cycles measured when prefetching did not clearly win.
+#: Inline cycles measured when prefetching did not clearly win (at least).
 INLINE_PROBE: Final = 2
+#: A probe also goes on until its cycles add up to this many seconds, so that short,
+#: noisy cycles are judged on more of them; a batch costs little there ...
+PROBE_SECONDS: Final = 0.005
+#: ... up to this many cycles.
+PROBE_MAX: Final = 32
 #: Prefetching clearly wins when its cycle is at most this fraction of the inline bound.
 CLEAR_WIN: Final = 0.9
 #: ... and the consumer waited at most this fraction of the cycle (the producer kept up).
 KEPT_UP: Final = 0.25
 #: Prefetching must beat a measured inline cycle by this fraction; ties go to inline.
 TIE_MARGIN: Final = 0.03
-#: Cycles in the window whose median is watched for drift.
-DRIFT_WINDOW: Final = 8
+#: Cycles in the window whose median is watched for drift (checked every half window).
+DRIFT_WINDOW: Final = 16
 #: A re-check starts when the window's median changes by more than this factor.
 DRIFT_FACTOR: Final = 1.5
 #: ... and by more than this many seconds: about what starting and stopping a producer
 #: thread costs, so a smaller drift cannot pay for a re-check.
 DRIFT_MIN_SECONDS: Final = 0.0002
 #: Batches that must pass after the first decision before a re-check may start.
-FIRST_RECHECK_GAP: Final = 16
+FIRST_RECHECK_GAP: Final = 2 * DRIFT_WINDOW
 
 
-@dataclass(frozen=True)
-class Cycle:
+class Cycle(NamedTuple):
     """One batch as the consumer saw it; seconds.
 
     ``mode`` is how the batch was made, or ``None`` for a batch left in the buffer by a
@@ -118,6 +121,11 @@ class ModePolicy(Protocol):
         """Account for one batch handed out."""
 
 
+def _enough(cycles: Sequence[object], least: int, seconds: float) -> bool:
+    count = len(cycles)
+    return count >= PROBE_MAX or (count >= least and seconds >= PROBE_SECONDS)
+
+
 def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.3g} ms"
 
@@ -133,10 +141,12 @@ class ModeChooser:
         self._probe: Mode | None = None
         self._first_of_epoch = True
         self._prefetched: list[Cycle] = []
+        self._prefetch_seconds = 0.0
         self._produced: list[tuple[float, float]] = []
         self._inline: list[float] = []
         self._window: deque[float] = deque(maxlen=DRIFT_WINDOW)
-        self._reference = 0.0
+        #: Median cycle of the first full window after a decision: the steady state.
+        self._reference: float | None = None
         self._gap = FIRST_RECHECK_GAP
         self._since_decision = 0
         #: How many decisions were taken (the first one included).
@@ -189,12 +199,13 @@ class ModeChooser:
         if cycle.mode == PREFETCH:
             self._prefetched.append(cycle)
             self._produced.extend(cycle.produced)
-            if len(self._prefetched) >= PREFETCH_PROBE:
+            self._prefetch_seconds += cycle.seconds
+            if _enough(self._prefetched, PREFETCH_PROBE, self._prefetch_seconds):
                 self._after_prefetch_probe()
         else:
             self._inline.append(cycle.seconds)
-            if len(self._inline) >= INLINE_PROBE:
-                self._compare(min(self._inline))
+            if _enough(self._inline, INLINE_PROBE, sum(self._inline)):
+                self._compare(statistics.median(self._inline))
 
     def _after_prefetch_probe(self) -> None:
         cycles = self._prefetched
@@ -213,7 +224,6 @@ class ModeChooser:
             if seconds <= CLEAR_WIN * bound:
                 self._decide(
                     PREFETCH,
-                    seconds,
                     f"making batches overlapped the step: {_ms(seconds)} per batch, "
                     f"at least {_ms(bound)} one after the other",
                 )
@@ -225,21 +235,20 @@ class ModeChooser:
         if prefetch < (1 - TIE_MARGIN) * inline:
             self._decide(
                 PREFETCH,
-                prefetch,
                 f"prefetching paid: {_ms(prefetch)} per batch, {_ms(inline)} made inline",
             )
         else:
             self._decide(
                 INLINE,
-                inline,
                 f"prefetching did not pay: {_ms(prefetch)} per batch with a producer "
                 f"thread, {_ms(inline)} made inline",
             )
 
-    def _decide(self, mode: Mode, reference: float, reason: str) -> None:
+    def _decide(self, mode: Mode, reason: str) -> None:
         self._mode = mode
         self._reason = reason
-        self._reference = reference
+        self._reference = None
+        self._prefetch_seconds = 0.0
         self._decided = True
         self._probe = None
         self._prefetched = []
@@ -253,10 +262,20 @@ class ModeChooser:
         self._since_decision += 1
         window = self._window
         window.append(seconds)
-        if len(window) < DRIFT_WINDOW or self._since_decision < self._gap:
+        # Checked every half window, which is often enough and keeps the cost per batch
+        # at a few hundred nanoseconds.
+        since = self._since_decision
+        if since % (DRIFT_WINDOW // 2) or len(window) < DRIFT_WINDOW:
             return
         median = statistics.median(window)
         reference = self._reference
+        if reference is None:
+            # Measured in the chosen mode once it settled, not during the probe (a
+            # worker queue filled while prefetching makes the first inline batches fast).
+            self._reference = median
+            return
+        if since < self._gap:
+            return
         if abs(median - reference) <= DRIFT_MIN_SECONDS or (
             reference / DRIFT_FACTOR <= median <= reference * DRIFT_FACTOR
         ):
