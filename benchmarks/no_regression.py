@@ -36,7 +36,7 @@ class PythonBound(Dataset[int]):
 
 class TinyTensors(Dataset[torch.Tensor]):
     def __len__(self) -> int:
-        return 4000
+        return 16_000
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.full((4,), index)

@@ -141,7 +141,7 @@ def test_a_change_mid_run_is_re_decided_once() -> None:
     assert chooser.decisions == 2
     assert chooser.rechecks == 1
     switched = modes.index(PREFETCH, 300)
-    assert switched < 300 + DRIFT_WINDOW + 1  # noticed within one window
+    assert switched <= 300 + 2 * DRIFT_WINDOW  # noticed within two windows
     assert modes[switched:] == [PREFETCH] * (2000 - switched)  # and never flipped back
 
 

@@ -11,7 +11,9 @@ How it decides, for a fresh loader:
 
 1. The epoch's first batch is made inline: nothing could overlap it, and no thread is
    started before anything is known.
-2. **Prefetch probe.** The next :data:`PREFETCH_PROBE` batches are prefetched. Each cycle
+2. **Prefetch probe.** The next :data:`PREFETCH_PROBE` batches (more while their cycles
+   add up to less than :data:`PROBE_SECONDS`, at most :data:`PROBE_MAX`) are prefetched.
+   Each cycle
    is split into the consumer's wait inside ``next()`` and its step (the rest), and the
    producer reports the wall and CPU time of each ``next(source)``. If the consumer hardly
    waited (the producer kept up) and the cycle is clearly shorter than a lower bound of
@@ -20,13 +22,16 @@ How it decides, for a fresh loader:
    at least their wall times, except for the time each spent waiting for the other to
    release the GIL, and that is at most the other's CPU time.
 3. **Inline probe**, only otherwise. A batch made inline costs a little at most here,
-   because prefetching did not clearly win. After :data:`INLINE_PROBE` inline cycles, the
-   faster mode is kept; a tie goes to inline, which is exactly ``DataLoader``.
+   because prefetching did not clearly win. After :data:`INLINE_PROBE` inline cycles (or
+   more, by the same rule), the mode with the lower median cycle is kept; a tie within
+   :data:`TIE_MARGIN` goes to inline, which is exactly ``DataLoader``.
 
 The decision is kept across epochs (a backend instance lives as long as its loader), and
 re-checked when the cycle drifts: when the median of the last :data:`DRIFT_WINDOW` cycles
-moves by more than :data:`DRIFT_FACTOR` from the one the decision was made on (a new
-epoch with a different cost, a change of step time). A re-check from inline only probes
+moves by more than :data:`DRIFT_FACTOR` (and :data:`DRIFT_MIN_SECONDS`), at two checks in
+a row, from the median
+of the first full window after the decision (a new epoch with a different cost, a change
+of step time). A re-check from inline only probes
 prefetch (the recent inline cycles are the comparison); from prefetch it runs steps 2-3.
 Each re-check doubles the number of batches that must pass before the next one may
 start, so a cost that keeps changing cannot make the modes oscillate.
@@ -73,13 +78,14 @@ KEPT_UP: Final = 0.25
 TIE_MARGIN: Final = 0.03
 #: Cycles in the window whose median is watched for drift (checked every half window).
 DRIFT_WINDOW: Final = 16
-#: A re-check starts when the window's median changes by more than this factor.
-DRIFT_FACTOR: Final = 1.5
+#: A re-check starts when the window's median changes by more than this factor, at two
+#: checks in a row (half a window apart): worker processes deliver batches in bursts.
+DRIFT_FACTOR: Final = 2.0
 #: ... and by more than this many seconds: about what starting and stopping a producer
 #: thread costs, so a smaller drift cannot pay for a re-check.
 DRIFT_MIN_SECONDS: Final = 0.0002
 #: Batches that must pass after the first decision before a re-check may start.
-FIRST_RECHECK_GAP: Final = 2 * DRIFT_WINDOW
+FIRST_RECHECK_GAP: Final = 4 * DRIFT_WINDOW
 
 
 class Cycle(NamedTuple):
@@ -148,6 +154,7 @@ class ModeChooser:
         #: Median cycle of the first full window after a decision: the steady state.
         self._reference: float | None = None
         self._gap = FIRST_RECHECK_GAP
+        self._drifted = False
         self._since_decision = 0
         #: How many decisions were taken (the first one included).
         self.decisions = 0
@@ -256,6 +263,7 @@ class ModeChooser:
         self._inline = []
         self._window.clear()
         self._since_decision = 0
+        self._drifted = False
         self.decisions += 1
 
     def _watch_drift(self, seconds: float) -> None:
@@ -279,7 +287,12 @@ class ModeChooser:
         if abs(median - reference) <= DRIFT_MIN_SECONDS or (
             reference / DRIFT_FACTOR <= median <= reference * DRIFT_FACTOR
         ):
+            self._drifted = False
             return
+        if not self._drifted:
+            self._drifted = True  # confirmed, or not, at the next check
+            return
+        self._drifted = False
         self._gap *= 2
         self.rechecks += 1
         if self._mode == INLINE:
