@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.backends.base import Backend, BatchStream, pass_on
 
 __all__ = ["Position", "TrackedBackend"]
 
@@ -87,17 +87,13 @@ class _SkippingSource(Generic[T]):
 class _CountingStream(BatchStream[T]):
     """The backend's stream as the loop sees it: counts (and pairs snapshots) at hand-out."""
 
-    buffered: Callable[[], int]
-
     def __init__(
         self, stream: BatchStream[T], position: Position, snapshots: deque[Any] | None
     ) -> None:
         self._stream = stream
         self._position = position
         self._snapshots = snapshots
-        buffered = getattr(stream, "buffered", None)
-        if buffered is not None:
-            self.buffered = buffered
+        pass_on(stream, self)
 
     def __next__(self) -> T:
         try:

@@ -50,6 +50,10 @@ def list_backends() -> int:
         print(f"    {_first_line(backend_class.__doc__)}")
         print(f"    options: {_options_text(backend_class)}")
     print("every backend also accepts: stats: bool | 'trace' = True (see loader.stats)")
+    print(
+        "adaptive=True (thread, and auto without an accelerator): prefetch only while it "
+        "pays, else make batches inline; on unless adaptive=False, whatever the other options"
+    )
     return 0
 
 

@@ -76,6 +76,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         self._buffered: Callable[[], int] | None = getattr(self._stream, "buffered", None)
         if stats is not None:
             stats.usage = getattr(self._stream, "buffer_usage", None)
+            stats.mode_log = getattr(self._stream, "mode_log", None)
         self._finalizer = weakref.finalize(
             self, _shut_down, self._stream, self._source, os.getpid(), stats
         )

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from dataloaderx.backends._depth_control import BufferUsage
@@ -24,6 +24,7 @@ __all__ = [
     "INPUT_BOUND_FRACTION",
     "EpochStats",
     "LoaderStats",
+    "ModeReport",
     "StatsRecorder",
     "TimedSource",
     "TraceEvent",
@@ -35,6 +36,16 @@ T = TypeVar("T")
 INPUT_BOUND_FRACTION: Final = 0.1
 #: ``(kind, start, end)`` with ``kind`` "wait" (consumer in ``next()``) or "produce".
 TraceEvent = tuple[str, float, float]
+
+
+# Prefetch mode: which mode made the batches, and why ----------------------------------
+
+
+class ModeReport(Protocol):
+    """What a stream that switches between prefetching and inline offers as ``mode_log``."""
+
+    def line(self) -> str:
+        """Which mode ran and why, in one line."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,10 @@ class LoaderStats:
     depth_median: int | None = None
     depth_max: int | None = None
     peak_bytes: int | None = None
+    #: Which mode ran and why, for adaptive backends (``thread``, ``auto`` on a CPU),
+    #: for example ``"inline (prefetching did not pay: ...); 4 of 500 batches
+    #: prefetched"``; ``None`` for backends that always work the same way.
+    mode: str | None = None
 
     @property
     def wait_fraction(self) -> float:
@@ -121,6 +136,7 @@ class StatsRecorder:
         "blocked_seconds",
         "depth",
         "ended",
+        "mode_log",
         "num_workers",
         "occupancy",
         "produce_seconds",
@@ -151,6 +167,8 @@ class StatsRecorder:
         #: replaced by its last answer when the epoch's stream closes.
         self.usage: Callable[[], BufferUsage] | None = None
         self._frozen_usage: BufferUsage | None = None
+        #: Set by the iterator when the backend's stream reports its prefetch mode.
+        self.mode_log: ModeReport | None = None
 
     def record_next(self, start: float, end: float, buffered: int, delivered: bool) -> None:
         """Account for one ``next()`` call of the consumer."""
@@ -168,11 +186,14 @@ class StatsRecorder:
     def record_produce(self, start: float, end: float) -> None:
         """Account for one ``next()`` call on the source (in the producer's thread)."""
         self.produce_seconds += end - start
-        if self.threaded is None:
-            self.threaded = threading.get_ident() != self._consumer
-        if self.threaded and self._last_end is not None:
-            self.blocked_seconds += start - self._last_end
-        self._last_end = end
+        if threading.get_ident() == self._consumer:
+            # Made inline: no producer thread waited before this batch.
+            self._last_end = None
+        else:
+            self.threaded = True
+            if self._last_end is not None:
+                self.blocked_seconds += start - self._last_end
+            self._last_end = end
         if self.trace is not None:
             self.trace.append(("produce", start, end))
 
@@ -211,6 +232,7 @@ class StatsRecorder:
             depth_median=None if usage is None else usage.depth_median,
             depth_max=None if usage is None else usage.depth_max,
             peak_bytes=None if usage is None else usage.peak_bytes,
+            mode=None if self.mode_log is None else self.mode_log.line(),
         )
 
 

@@ -7,13 +7,16 @@ import threading
 import time
 import warnings
 from collections import namedtuple
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import psutil
 import torch
 from torch.utils.data import Dataset, IterableDataset
+
+from dataloaderx import get_backend
+from dataloaderx.options import backend_option_names
 
 Pair = namedtuple("Pair", ["left", "right"])
 
@@ -242,3 +245,47 @@ def wait_until_clean(
             return left_threads, left_children
         gc.collect()
         time.sleep(0.01)
+
+
+def always_prefetching(backend: str | Mapping[str, Any], **options: Any) -> dict[str, Any]:
+    """``options`` plus ``adaptive=False`` where ``backend`` (a name or spec) has that option.
+
+    For tests of the prefetching machinery itself (how far ahead a producer runs, how
+    full its buffer gets), which adaptive backends only use while it pays.
+    """
+    name = backend if isinstance(backend, str) else backend["name"]
+    if "adaptive" in (backend_option_names(get_backend(name)) or []):
+        options["adaptive"] = False
+    return options
+
+
+class SwitchingPolicy:
+    """A prefetch-mode policy that switches on a fixed pattern, whatever the timings.
+
+    Batch ``k`` of every epoch is made in ``pattern[k % len(pattern)]`` mode; the default
+    pattern switches both ways several times within a few batches.
+    """
+
+    def __init__(self, pattern: str = "IPPIPPPIIP") -> None:
+        self.pattern = pattern
+        self.index = 0
+        self.observed: list[Any] = []
+
+    @property
+    def wanted(self) -> Any:
+        return "prefetch" if self.pattern[self.index % len(self.pattern)] == "P" else "inline"
+
+    @property
+    def probing(self) -> bool:
+        return self.index % 3 == 1  # exercise the timed path of the source too
+
+    @property
+    def reason(self) -> str:
+        return "scripted"
+
+    def start_epoch(self) -> None:
+        self.index = 0
+
+    def observe(self, cycle: Any) -> None:
+        self.observed.append(cycle)
+        self.index += 1

@@ -88,6 +88,16 @@ CASES: dict[str, Case] = {
         TypeError,
         ("'dpth'", "'depth'"),
     ),
+    "adaptive not a bool": Case(
+        _loader(backend="thread", backend_options={"adaptive": "no"}),
+        TypeError,
+        ("'thread'", "'adaptive'", "True or False", "'no'", "str"),
+    ),
+    "adaptive not a bool for auto": Case(
+        _loader(backend={"name": "auto", "adaptive": 0}),
+        TypeError,
+        ("'auto'", "'adaptive'", "True or False", "0", "int"),
+    ),
     "option for a backend without options": Case(
         _loader(backend="sync", backend_options={"depth": 2}),
         TypeError,

@@ -32,6 +32,11 @@ def test_json_output_parses(capsys: pytest.CaptureFixture[str]) -> None:
     assert document["config"]["batches"] == 2
     assert document["best"] in {"DataLoader", "thread", "sync"}
     assert document["recommendation"]
+    modes = {row["loader"]: row["mode"] for row in document["results"]}
+    assert modes["DataLoader"] is None
+    assert modes["sync"] is None
+    assert modes["thread"].startswith(("prefetch (", "inline ("))
+    assert modes["thread"].endswith(" of 2 batches prefetched")
 
 
 def test_default_workload_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,6 +46,7 @@ def test_default_workload_prints_a_table(capsys: pytest.CaptureFixture[str]) -> 
     assert any(line.startswith("loader ") and "stall %" in line for line in lines)
     assert any(line.startswith("DataLoader ") for line in lines)
     assert any(line.startswith("thread ") for line in lines)
+    assert any(line.startswith(("thread ran prefetch (", "thread ran inline (")) for line in lines)
     assert lines[-1].startswith(("use DataLoaderX", "keep DataLoader", "no backend helps"))
     assert any("depth min/med/max" in line and "held MiB" in line for line in lines)
 

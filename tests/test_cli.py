@@ -18,9 +18,13 @@ def test_backends_lists_every_backend_with_options(capsys: pytest.CaptureFixture
     assert "sync (aliases: none)" in out
     assert (
         "options: depth: int | Literal['auto'] = 2, max_depth: int | None = None, "
-        "max_bytes: int | str | None = None"
+        "max_bytes: int | str | None = None, adaptive: bool = True"
     ) in out
-    assert 'Prefetch up to ``depth`` batches (or ``"auto"``) in a background thread.' in out
+    assert (
+        'Prefetch up to ``depth`` batches (or ``"auto"``) in a background thread, while that pays.'
+        in out
+    )
+    assert "on unless adaptive=False" in out
 
 
 def test_module_entry_point_help() -> None:

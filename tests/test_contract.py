@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from dataloaderx import DataLoaderX, PrefetchIterator, available_backends, get_backend
+from dataloaderx.backends import _adaptive
 from dataloaderx.options import backend_option_names
 from tests.helpers import (
     Counter,
@@ -22,7 +23,9 @@ from tests.helpers import (
     ShortLenIterable,
     SlowDataset,
     StructDataset,
+    SwitchingPolicy,
     WarningDataset,
+    always_prefetching,
     assert_same,
     assert_same_events,
     child_pids,
@@ -39,14 +42,20 @@ AUTO_DEPTH = [
     for name in available_backends()
     if "max_depth" in (backend_option_names(get_backend(name)) or [])
 ]
+#: ``thread`` with a policy that switches between prefetching and inline mid-epoch.
+SWITCHING = "thread-switching"
 
 
 @pytest.fixture(
-    params=[*available_backends(), *AUTO_DEPTH],
+    params=[*available_backends(), *AUTO_DEPTH, SWITCHING],
     ids=lambda spec: spec if isinstance(spec, str) else f"{spec['name']}-depth-auto",
 )
-def backend(request: pytest.FixtureRequest) -> Any:
-    """Every backend that can run here by name, and each prefetching one with depth='auto'."""
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Every backend that can run here by name, each prefetching one with depth='auto',
+    and ``thread`` forced to switch modes every few batches."""
+    if request.param == SWITCHING:
+        monkeypatch.setattr(_adaptive, "new_policy", SwitchingPolicy)
+        return "thread"
     return request.param
 
 
@@ -309,7 +318,7 @@ def test_interrupt_in_producer_reaches_consumer(
 @pytest.mark.parametrize("depth", [1, 3])
 def test_never_more_than_depth_batches_ahead(backend: str, depth: int) -> None:
     counter = Counter()
-    options = {} if backend == "sync" else {"depth": depth}
+    options = {} if backend == "sync" else always_prefetching(backend, depth=depth)
     loader = DataLoaderX(
         RangeDataset(100),
         batch_size=1,

@@ -146,7 +146,10 @@ def test_auto_applies_transform_and_memory_format_on_cpu() -> None:
 
 def test_auto_with_an_accelerator_is_the_cuda_backend(fake: RecordingAccelerator) -> None:
     loader = DataLoaderX(
-        RangeDataset(6), batch_size=2, backend="auto", backend_options={"device": 1, "depth": 3}
+        RangeDataset(6),
+        batch_size=2,
+        backend="auto",
+        backend_options={"device": 1, "depth": 3, "adaptive": False},
     )
     assert fake.calls == []
     assert loader.prefetch_backend.describe() == {
@@ -158,6 +161,7 @@ def test_auto_with_an_accelerator_is_the_cuda_backend(fake: RecordingAccelerator
         "pin_threads": None,
         "max_depth": None,
         "max_bytes": None,
+        "adaptive": False,
         "resolved": "cuda",
     }
     assert_same(list(loader), list(DataLoader(RangeDataset(6), batch_size=2)))

@@ -13,9 +13,17 @@ from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX
 from dataloaderx._tree import iter_tensors
+from dataloaderx.backends import _adaptive
 from dataloaderx.backends.cuda import CudaBackend
 from tests.fake_accelerator import KIND, Call, FakeEvent, FakeStream, RecordingAccelerator
-from tests.helpers import FailingDataset, RangeDataset, StructDataset, assert_same, run_events
+from tests.helpers import (
+    FailingDataset,
+    RangeDataset,
+    StructDataset,
+    SwitchingPolicy,
+    assert_same,
+    run_events,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,9 +38,13 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> RecordingAccelerator:
     return api
 
 
+#: The producer-thread protocol; the inline mode of ``adaptive=True`` is tested apart.
+THREADED = {"name": "cuda", "adaptive": False}
+
+
 def cuda_loader(dataset: Any, **options: Any) -> DataLoaderX[Any]:
     batch_size = options.pop("batch_size", 2)
-    return DataLoaderX(dataset, batch_size=batch_size, backend="cuda", backend_options=options)
+    return DataLoaderX(dataset, batch_size=batch_size, backend=THREADED, backend_options=options)
 
 
 def position(fake: RecordingAccelerator, op: str, target: object) -> int:
@@ -133,7 +145,7 @@ def test_only_unpinned_host_tensors_are_staged_in_pinned_memory(
     assert fake.ops("pin_buffer") == []
     assert not any(call.details["source_pinned"] for call in fake.ops("copy"))
     assert {call.details["non_blocking"] for call in fake.ops("copy")} == {False}
-    loader = DataLoaderX(RangeDataset(6), batch_size=2, collate_fn=pinned_collate, backend="cuda")
+    loader = DataLoaderX(RangeDataset(6), batch_size=2, collate_fn=pinned_collate, backend=THREADED)
     fake.calls.clear()
     list(loader)
     assert fake.ops("pin_buffer") == []  # already pinned by the collate function
@@ -171,7 +183,7 @@ def test_memory_format_applies_to_tensors_of_matching_rank(fake: RecordingAccele
         RangeDataset(4),
         batch_size=2,
         collate_fn=collate,
-        backend="cuda",
+        backend=THREADED,
         backend_options={"memory_format": "channels_last"},
     )
     for images, flat in loader:
@@ -217,9 +229,34 @@ def test_backend_copies_and_pickles_without_its_streams(fake: RecordingAccelerat
     text = repr(backend)
     assert text == (
         "CudaBackend(device=None, depth=3, non_blocking=True, transform=None, "
-        "memory_format=torch.channels_last, pin_threads=None, max_depth=None, max_bytes=None)"
+        "memory_format=torch.channels_last, pin_threads=None, max_depth=None, max_bytes=None, "
+        "adaptive=False)"
     )
     for clone in (copy.deepcopy(backend), pickle.loads(pickle.dumps(backend))):
         assert repr(clone) == text
     assert len(list(copy.deepcopy(loader))) == 2
     assert len(fake.streams_created) == 2  # the copy made its own stream
+
+
+def test_inline_batches_are_copied_in_the_training_thread_on_its_stream(
+    fake: RecordingAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("IIPPI"))
+    consumer = FakeStream("user", DEVICE0)
+    loader = DataLoaderX(StructDataset(20), batch_size=2, backend="cuda")
+    with fake.use_stream(consumer):
+        batches = list(loader)
+    assert_same(batches, list(DataLoader(StructDataset(20), batch_size=2)))
+    main = threading.current_thread().name
+    inline_copies = [call for call in fake.ops("copy") if call.thread == main]
+    threaded_copies = [call for call in fake.ops("copy") if call.thread != main]
+    assert inline_copies
+    assert threaded_copies
+    assert {call.stream for call in inline_copies} == {consumer}  # no side stream inline
+    assert {call.stream for call in threaded_copies} == set(fake.streams_created)
+    assert not any(call.details["source_pinned"] for call in inline_copies)  # not staged
+    # One wait per prefetched batch only; inline batches need none.
+    tensors_per_batch = len(list(iter_tensors(batches[0])))
+    assert len(fake.ops("wait_event")) * tensors_per_batch == len(threaded_copies)
+    assert all(call.thread.startswith("dataloaderx-cuda-") for call in fake.ops("set_device"))
+    assert fake.current_device_index() == 0

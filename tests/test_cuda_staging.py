@@ -20,6 +20,9 @@ from tests.helpers import RangeDataset, assert_same
 
 pytestmark = pytest.mark.timeout(60)
 
+#: Staging serves the producer thread: ``adaptive=False`` keeps the loader prefetching.
+THREADED = {"name": "cuda", "adaptive": False}
+
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> RecordingAccelerator:
@@ -142,7 +145,7 @@ def test_waiting_for_a_slot_ends_when_the_pool_closes() -> None:
 def test_pinned_memory_is_bounded_by_depth_plus_one_batches_and_given_back(
     fake: RecordingAccelerator,
 ) -> None:
-    loader = DataLoaderX(RangeDataset(64), batch_size=8, backend="cuda")
+    loader = DataLoaderX(RangeDataset(64), batch_size=8, backend=THREADED)
     batch_bytes = 8 * 8  # eight int64 indices
     for _ in range(3):
         assert_same(list(loader), list(DataLoader(RangeDataset(64), batch_size=8)))
@@ -159,7 +162,7 @@ def test_a_batch_that_outgrows_its_slot_replaces_it(fake: RecordingAccelerator) 
         def __getitem__(self, index: int) -> torch.Tensor:
             return torch.full((2000 * (index + 1),), index, dtype=torch.float32)
 
-    batches = list(DataLoaderX(Growing(), batch_size=None, backend="cuda"))
+    batches = list(DataLoaderX(Growing(), batch_size=None, backend=THREADED))
     assert [int(b[0]) for b in batches] == list(range(6))
     assert fake.peak_pinned_bytes <= 3 * 4096 * -(-6 * 2000 * 4 // 4096)
 
@@ -171,7 +174,7 @@ def test_pin_memory_true_leaves_pinning_to_the_backend(
     # DataLoader pins only where an accelerator is available; pretend there is one.
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     options: dict[str, Any] = {"batch_size": 2, "num_workers": num_workers, "pin_memory": True}
-    ours = DataLoaderX(RangeDataset(8), backend="cuda", **options)
+    ours = DataLoaderX(RangeDataset(8), backend=THREADED, **options)
     with iter(ours) as iterator:
         assert iterator._pin_memory is False
         assert not hasattr(iterator, "_pin_memory_thread")
@@ -191,7 +194,9 @@ def test_copy_threads_end_with_the_epoch(fake: RecordingAccelerator) -> None:
         def __getitem__(self, index: int) -> torch.Tensor:
             return torch.full((3 * MIN_SPLIT_BYTES // 4,), index, dtype=torch.float32)
 
-    loader = DataLoaderX(Big(), batch_size=None, backend="cuda", backend_options={"pin_threads": 3})
+    loader = DataLoaderX(
+        Big(), batch_size=None, backend=THREADED, backend_options={"pin_threads": 3}
+    )
     seen: set[str] = set()
     for index, batch in enumerate(loader):
         seen.update(t.name for t in threading.enumerate() if "-pin-copy-" in t.name)

@@ -29,7 +29,12 @@ def test_dataset_given_at_call_time() -> None:
     loader = instantiate(compose().loader, dataset=RangeDataset(10))
     assert isinstance(loader, DataLoaderX)
     assert loader.prefetch_backend.name == "thread"
-    assert loader.prefetch_backend.describe() == {"depth": 4, "max_depth": None, "max_bytes": None}
+    assert loader.prefetch_backend.describe() == {
+        "depth": 4,
+        "max_depth": None,
+        "max_bytes": None,
+        "adaptive": True,
+    }
     expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
     assert_same_events(run_events(iter(loader)), expected)
 

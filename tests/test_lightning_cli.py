@@ -57,7 +57,12 @@ def test_config_file_builds_a_dataloaderx() -> None:
     loader = cli("--config", str(CONFIG)).datamodule.train_dataloader()
     assert isinstance(loader, DataLoaderX)
     assert loader.backend == "thread"
-    assert loader.prefetch_backend.describe() == {"depth": 3, "max_depth": None, "max_bytes": None}
+    assert loader.prefetch_backend.describe() == {
+        "depth": 3,
+        "max_depth": None,
+        "max_bytes": None,
+        "adaptive": True,
+    }
     expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
     assert_same_events(run_events(iter(loader)), expected)
 

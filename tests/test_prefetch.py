@@ -139,7 +139,12 @@ def test_attributes_come_from_the_source() -> None:
     assert batches.dataset is loader.dataset
     assert batches.batch_size == 2
     assert batches.iterable is loader
-    assert batches.prefetch_backend.describe() == {"depth": 3, "max_depth": None, "max_bytes": None}
+    assert batches.prefetch_backend.describe() == {
+        "depth": 3,
+        "max_depth": None,
+        "max_bytes": None,
+        "adaptive": True,
+    }
     with pytest.raises(AttributeError, match="no_such_attribute"):
         _ = batches.no_such_attribute
 

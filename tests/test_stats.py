@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from dataloaderx import DataLoaderX
 from dataloaderx.bench.runner import buffer_advice
 from dataloaderx.stats import LoaderStats
-from tests.helpers import RangeDataset, SlowDataset
+from tests.helpers import RangeDataset, SlowDataset, always_prefetching
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,7 +77,8 @@ def test_early_break_keeps_the_figures_so_far(backend: str) -> None:
 
 
 def test_producer_blocked_time_only_for_threaded_backends(backend: str) -> None:
-    loader = DataLoaderX(RangeDataset(20), batch_size=1, backend=backend)
+    options = always_prefetching(backend)
+    loader = DataLoaderX(RangeDataset(20), batch_size=1, backend=backend, backend_options=options)
     consume(loader, step_seconds=0.002)
     stats = loader.stats
     assert stats is not None
@@ -89,7 +90,8 @@ def test_producer_blocked_time_only_for_threaded_backends(backend: str) -> None:
 
 
 def test_threaded_backends_report_buffered_batches(backend: str) -> None:
-    loader = DataLoaderX(RangeDataset(12), batch_size=1, backend=backend)
+    options = always_prefetching(backend)
+    loader = DataLoaderX(RangeDataset(12), batch_size=1, backend=backend, backend_options=options)
     consume(loader, step_seconds=0.01)
     stats = loader.stats
     assert stats is not None

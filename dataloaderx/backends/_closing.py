@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from dataloaderx.backends.base import BatchStream
+from dataloaderx.backends.base import BatchStream, pass_on
 
 __all__ = ["ClosingStream"]
 
@@ -16,15 +16,14 @@ class ClosingStream(Generic[T]):
     """Wrap ``stream`` so that ``close()`` closes it, then calls ``release`` (once).
 
     ``release`` runs after the stream's producer has stopped, so it may free what the
-    producer used (copy threads, staging memory). ``buffered()`` is passed through.
+    producer used (copy threads, staging memory). The stream's optional attributes
+    (``buffered`` and the others of :data:`OPTIONAL_STREAM_ATTRIBUTES`) are passed on.
     """
 
     def __init__(self, stream: BatchStream[T], release: Callable[[], None]) -> None:
         self._stream = stream
         self._release: Callable[[], None] | None = release
-        buffered: Any = getattr(stream, "buffered", None)
-        if buffered is not None:
-            self.buffered = buffered
+        pass_on(stream, self)
 
     def __iter__(self) -> ClosingStream[T]:
         return self

@@ -120,7 +120,9 @@ class StreamCopier:
             return
         self.staging.release_after(slot, event)
 
-    def _enqueue(self, batch: Any, staged: dict[int, torch.Tensor]) -> _Ready:
+    def _copied(self, batch: Any, staged: dict[int, torch.Tensor]) -> Any:
+        """``batch`` copied to the device on the current stream (reading each tensor's
+        staged view where it has one), then transformed."""
         api = self._api
 
         def move(tensor: torch.Tensor) -> torch.Tensor:
@@ -131,17 +133,31 @@ class StreamCopier:
                 memory_format=format_for(tensor, self._memory_format),
             )
 
+        moved = map_tensors(move, batch)
+        return moved if self._transform is None else self._transform(moved)
+
+    def _enqueue(self, batch: Any, staged: dict[int, torch.Tensor]) -> _Ready:
+        api = self._api
         with api.use_stream(self._stream):
-            moved = map_tensors(move, batch)
-            if self._transform is not None:
-                moved = self._transform(moved)
+            moved = self._copied(batch, staged)
             event = api.new_event(self._device)
             api.record_event(event, self._stream)
         device_tensors = tuple(t for t in iter_tensors(moved) if api.is_on(t, self._device))
         return _Ready(moved, event, device_tensors)
 
+    def prepare_inline(self, batch: Any) -> _Ready:
+        """Consumer thread, when batches are made inline: copy on the current stream.
+
+        Nothing overlaps an inline batch, so the side stream, the event and the staging
+        buys nothing: this is ``.to(device, non_blocking=...)`` as a loop would call it,
+        followed by the ``transform``.
+        """
+        return _Ready(self._copied(batch, {}), None, ())
+
     def handout(self, ready: _Ready) -> Any:
         """Consumer thread: order the consumer's stream after this batch's copies."""
+        if ready.event is None:
+            return ready.batch  # made inline, on the consumer's own stream
         api = self._api
         consumer = api.current_stream(self._device)
         api.wait_event(consumer, ready.event)

@@ -10,10 +10,11 @@ from typing import Any, Literal, TypeVar
 import torch
 
 from dataloaderx._tree import map_tensors
+from dataloaderx.backends import _adaptive
 from dataloaderx.backends._depth_options import check_depth_options
 from dataloaderx.backends._device_options import DeviceSpec, check_copy_options, format_for
 from dataloaderx.backends._engine import start_thread_stream
-from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.backends.base import Backend, BatchStream, check_bool
 from dataloaderx.backends.cuda import CudaBackend
 from dataloaderx.registry import register_backend
 
@@ -39,7 +40,9 @@ class AutoBackend(Backend):
     accelerator, batches stay on the CPU: ``depth``, ``max_depth``, ``max_bytes`` (then
     counting host bytes), ``transform`` and ``memory_format`` still apply (in the
     producer thread), while ``device`` and ``non_blocking`` have no effect, and setting
-    them to anything but their defaults warns once, at construction.
+    them to anything but their defaults warns once, at construction. ``adaptive`` is
+    passed on: on the accelerator to ``cuda``, and without one it prefetches only while
+    that pays, as ``thread`` does, unless ``adaptive=False``.
     """
 
     def __init__(
@@ -53,11 +56,13 @@ class AutoBackend(Backend):
         pin_threads: int | None = None,
         max_depth: int | None = None,
         max_bytes: int | str | None = None,
+        adaptive: bool = True,
     ) -> None:
         limits = check_depth_options(
             self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
         )
         self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
+        self.adaptive = check_bool(self.name, "adaptive", adaptive)
         has_accelerator = CudaBackend.unavailable_reason() is None
         api = CudaBackend.device_api
         self._options = check_copy_options(
@@ -80,10 +85,14 @@ class AutoBackend(Backend):
             self.pin_threads,
         ) = self._options
         self.resolved = "cuda" if has_accelerator else "thread"
+        self._policy = _adaptive.new_policy() if adaptive and not has_accelerator else None
         self._cuda: CudaBackend | None = None
         if has_accelerator:
             self._cuda = CudaBackend(
-                **self._options._asdict(), max_depth=max_depth, max_bytes=max_bytes
+                **self._options._asdict(),
+                max_depth=max_depth,
+                max_bytes=max_bytes,
+                adaptive=adaptive,
             )
         elif device is not None or not non_blocking or pin_threads is not None:
             warnings.warn(
@@ -104,13 +113,18 @@ class AutoBackend(Backend):
         prepare = None
         if self.transform is not None or self.memory_format is not None:
             prepare = partial(_on_host, self.transform, self.memory_format)
-        return start_thread_stream(
+        limits: dict[str, Any] = {"max_depth": self.max_depth, "max_bytes": self.max_bytes}
+        if self._policy is None:
+            return start_thread_stream(
+                source, backend=self.name, depth=self.depth, prepare=prepare, **limits
+            )
+        return _adaptive.start_adaptive_stream(
             source,
             backend=self.name,
             depth=self.depth,
             prepare=prepare,
-            max_depth=self.max_depth,
-            max_bytes=self.max_bytes,
+            policy=self._policy,
+            **limits,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -118,5 +132,6 @@ class AutoBackend(Backend):
             **self._options._asdict(),
             "max_depth": self.max_depth,
             "max_bytes": self.max_bytes,
+            "adaptive": self.adaptive,
             "resolved": self.resolved,
         }

@@ -6,7 +6,18 @@ import abc
 from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Backend", "BatchStream", "check_positive_int"]
+__all__ = [
+    "OPTIONAL_STREAM_ATTRIBUTES",
+    "Backend",
+    "BatchStream",
+    "check_bool",
+    "check_positive_int",
+    "pass_on",
+]
+
+#: What a stream may offer besides ``__next__`` and ``close`` (see :class:`BatchStream`):
+#: a wrapper around a stream passes these on with :func:`pass_on`.
+OPTIONAL_STREAM_ATTRIBUTES = ("buffered", "buffer_usage", "mode_log")
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -20,7 +31,8 @@ class BatchStream(Protocol[T_co]):
     started, must be safe to call twice and from a finaliser, and must return promptly.
     A generator object satisfies this protocol. A stream may also offer
     ``buffered() -> int``, the number of batches ready to hand out; stall statistics
-    (``loader.stats``) then report how full the buffer was at each ``next()``. It may
+    (``loader.stats``) then report how full the buffer was at each ``next()``; and
+    ``mode_log`` (which mode ran and why, for streams that switch). It may
     offer ``buffer_usage()`` too, returning the depths used and the peak bytes held, which
     the statistics then report as ``depth_min``/``depth_median``/``depth_max`` and
     ``peak_bytes``.
@@ -29,6 +41,14 @@ class BatchStream(Protocol[T_co]):
     def __next__(self) -> T_co: ...
 
     def close(self) -> None: ...
+
+
+def pass_on(stream: object, wrapper: object) -> None:
+    """Give ``wrapper`` the optional attributes ``stream`` has (buffer and mode reports)."""
+    for name in OPTIONAL_STREAM_ATTRIBUTES:
+        value = getattr(stream, name, None)
+        if value is not None:
+            setattr(wrapper, name, value)
 
 
 class Backend(abc.ABC):
@@ -88,5 +108,15 @@ def check_positive_int(backend: str, option: str, value: object) -> int:
         raise ValueError(
             f"backend {backend!r} option {option!r} must be an int >= 1, got {value!r}; "
             f"an unbounded queue is not allowed, use {option}=1 or more"
+        )
+    return value
+
+
+def check_bool(backend: str, option: str, value: object) -> bool:
+    """Return ``value`` if it is ``True`` or ``False``, else raise a message naming the option."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"backend {backend!r} option {option!r} must be True or False, "
+            f"got {value!r} ({type(value).__name__})"
         )
     return value

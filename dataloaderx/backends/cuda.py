@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 
+from dataloaderx.backends import _adaptive
 from dataloaderx.backends._byte_budget import batch_bytes
 from dataloaderx.backends._closing import ClosingStream
 from dataloaderx.backends._depth_options import DEFAULT_MAX_DEPTH, check_depth_options
@@ -19,7 +20,7 @@ from dataloaderx.backends._device_options import (
 )
 from dataloaderx.backends._engine import start_thread_stream
 from dataloaderx.backends._stream_copy import StreamCopier
-from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.backends.base import Backend, BatchStream, check_bool
 from dataloaderx.registry import register_backend
 
 __all__ = ["CudaBackend"]
@@ -41,8 +42,10 @@ class CudaBackend(Backend):
     side stream), ``memory_format`` (for example ``torch.channels_last``, applied to
     tensors of the matching rank during the copy), ``pin_threads`` (threads that copy
     pageable batches into pinned staging memory; ``None``: half the cores, at most 8),
-    ``max_depth`` (the ceiling of ``depth="auto"``) and ``max_bytes`` (a cap on the
-    device bytes buffered). The backend pins batches itself, so a loader's
+    ``max_depth`` (the ceiling of ``depth="auto"``), ``max_bytes`` (a cap on the device
+    bytes buffered) and ``adaptive`` (``True``: where the producer thread does not pay,
+    for example for tiny batches, each batch is fetched and copied in the training
+    thread instead, on its current stream). The backend pins batches itself, so a loader's
     ``pin_memory=True`` does not start DataLoader's own pin-memory thread. See
     ``docs/cuda.md``.
     """
@@ -61,6 +64,7 @@ class CudaBackend(Backend):
         pin_threads: int | None = None,
         max_depth: int | None = None,
         max_bytes: int | str | None = None,
+        adaptive: bool = True,
     ) -> None:
         limits = check_depth_options(
             self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
@@ -85,12 +89,14 @@ class CudaBackend(Backend):
             pin_threads=pin_threads,
         )
         self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
+        self.adaptive = check_bool(self.name, "adaptive", adaptive)
         self._init_runtime_state()
 
     def _init_runtime_state(self) -> None:
         self._api = type(self).device_api
         self._streams: dict[torch.device, Any] = {}
         self._lock = threading.Lock()
+        self._policy = _adaptive.new_policy() if self.adaptive else None
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -142,17 +148,23 @@ class CudaBackend(Backend):
             staging_slots=self._deepest() + 1,
             thread_name=f"dataloaderx-{self.name}-pin",
         )
-        stream = start_thread_stream(
-            source,
-            backend=self.name,
-            depth=self.depth,
-            on_start=copier.start,
-            prepare=copier.prepare,
-            handout=copier.handout,
-            max_depth=self.max_depth,
-            max_bytes=self.max_bytes,
-            measure=_device_bytes,
-        )
+        options: dict[str, Any] = {
+            "backend": self.name,
+            "depth": self.depth,
+            "on_start": copier.start,
+            "prepare": copier.prepare,
+            "handout": copier.handout,
+            "max_depth": self.max_depth,
+            "max_bytes": self.max_bytes,
+            "measure": _device_bytes,
+        }
+        stream: BatchStream[T]
+        if self._policy is None:
+            stream = start_thread_stream(source, **options)
+        else:
+            stream = _adaptive.start_adaptive_stream(
+                source, inline_prepare=copier.prepare_inline, policy=self._policy, **options
+            )
         return ClosingStream(stream, copier.close)
 
     def __getstate__(self) -> dict[str, Any]:

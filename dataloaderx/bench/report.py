@@ -41,6 +41,7 @@ def _rows(result: BenchResult) -> list[dict[str, Any]]:
                 "depth_median": None if run.stats is None else run.stats.depth_median,
                 "depth_max": None if run.stats is None else run.stats.depth_max,
                 "peak_bytes_held": None if run.stats is None else run.stats.peak_bytes,
+                "mode": None if run.stats is None else run.stats.mode,
                 "runs_seconds": [r.seconds for r in result.runs[name]],
             }
         )
@@ -82,7 +83,8 @@ def as_table(result: BenchResult) -> str:
     for option in ("depth", "max_bytes"):
         if getattr(config, option) is not None:
             header += f" {option}={getattr(config, option)!r}"
-    return "\n".join([header, "", *lines, "", result.recommendation()])
+    modes = [f"{row['loader']} ran {row['mode']}" for row in _rows(result) if row["mode"]]
+    return "\n".join([header, "", *lines, "", *modes, result.recommendation()])
 
 
 def as_json(result: BenchResult) -> str:

@@ -1,0 +1,302 @@
+"""When does a producer thread pay? The decision, from measured batch cycles only.
+
+Pure logic, no clock and no thread: :class:`ModeChooser` is fed one :class:`Cycle` per
+batch handed out (the consumer's time from one ``next()`` return to the next, measured by
+the adaptive stream) and says which mode the next batch should be made in:
+
+* ``"prefetch"``: a producer thread makes batches ahead, as the ``thread`` backend does;
+* ``"inline"``: the consumer makes each batch itself, inside ``next()``, as ``DataLoader``.
+
+How it decides, for a fresh loader:
+
+1. The epoch's first batch is made inline: nothing could overlap it, and no thread is
+   started before anything is known.
+2. **Prefetch probe.** The next :data:`PREFETCH_PROBE` batches (more while their cycles
+   add up to less than :data:`PROBE_SECONDS`, at most :data:`PROBE_MAX`) are prefetched.
+   Each cycle
+   is split into the consumer's wait inside ``next()`` and its step (the rest), and the
+   producer reports the wall and CPU time of each ``next(source)``. If the consumer hardly
+   waited (the producer kept up) and the cycle is clearly shorter than a lower bound of
+   the inline cycle, prefetching wins without trying inline. The lower bound is
+   ``step + produce - (CPU time of both threads)``: run one after the other, the two take
+   at least their wall times, except for the time each spent waiting for the other to
+   release the GIL, and that is at most the other's CPU time.
+3. **Inline probe**, only otherwise. A batch made inline costs a little at most here,
+   because prefetching did not clearly win. After :data:`INLINE_PROBE` inline cycles (or
+   more, by the same rule), the mode with the lower median cycle is kept; a tie within
+   :data:`TIE_MARGIN` goes to inline, which is exactly ``DataLoader``.
+
+The decision is kept across epochs (a backend instance lives as long as its loader), and
+re-checked when the cycle drifts: when the median of the last :data:`DRIFT_WINDOW` cycles
+moves by more than :data:`DRIFT_FACTOR` (and :data:`DRIFT_MIN_SECONDS`), at two checks in
+a row, from the median
+of the first full window after the decision (a new epoch with a different cost, a change
+of step time). A re-check from inline only probes
+prefetch (the recent inline cycles are the comparison); from prefetch it runs steps 2-3.
+Each re-check doubles the number of batches that must pass before the next one may
+start, so a cost that keeps changing cannot make the modes oscillate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from typing import Final, Literal, NamedTuple, Protocol
+
+__all__ = [
+    "DRIFT_FACTOR",
+    "DRIFT_WINDOW",
+    "INLINE",
+    "INLINE_PROBE",
+    "PREFETCH",
+    "PREFETCH_PROBE",
+    "Cycle",
+    "Mode",
+    "ModeChooser",
+    "ModePolicy",
+]
+
+Mode = Literal["prefetch", "inline"]
+PREFETCH: Final = "prefetch"
+INLINE: Final = "inline"
+
+#: Prefetched cycles measured before deciding (at least).
+PREFETCH_PROBE: Final = 4
+#: Inline cycles measured when prefetching did not clearly win (at least).
+INLINE_PROBE: Final = 2
+#: A probe also goes on until its cycles add up to this many seconds, so that short,
+#: noisy cycles are judged on more of them; a batch costs little there ...
+PROBE_SECONDS: Final = 0.005
+#: ... up to this many cycles.
+PROBE_MAX: Final = 32
+#: Prefetching clearly wins when its cycle is at most this fraction of the inline bound.
+CLEAR_WIN: Final = 0.9
+#: ... and the consumer waited at most this fraction of the cycle (the producer kept up).
+KEPT_UP: Final = 0.25
+#: Prefetching must beat a measured inline cycle by this fraction; ties go to inline.
+TIE_MARGIN: Final = 0.03
+#: Cycles in the window whose median is watched for drift (checked every half window).
+DRIFT_WINDOW: Final = 16
+#: A re-check starts when the window's median changes by more than this factor, at two
+#: checks in a row (half a window apart): worker processes deliver batches in bursts.
+DRIFT_FACTOR: Final = 2.0
+#: ... and by more than this many seconds: about what starting and stopping a producer
+#: thread costs, so a smaller drift cannot pay for a re-check.
+DRIFT_MIN_SECONDS: Final = 0.0002
+#: Batches that must pass after the first decision before a re-check may start.
+FIRST_RECHECK_GAP: Final = 4 * DRIFT_WINDOW
+
+
+class Cycle(NamedTuple):
+    """One batch as the consumer saw it; seconds.
+
+    ``mode`` is how the batch was made, or ``None`` for a batch left in the buffer by a
+    producer that was asked to stop (it says nothing about either mode). ``cpu`` is the
+    consumer thread's CPU time in the cycle and ``produced`` the ``(wall, cpu)`` of each
+    ``next(source)`` the producer thread finished since the previous cycle; both are only
+    required while :attr:`ModePolicy.probing`.
+    """
+
+    mode: Mode | None
+    seconds: float
+    wait: float
+    cpu: float = 0.0
+    produced: Sequence[tuple[float, float]] = ()
+
+
+class ModePolicy(Protocol):
+    """What the adaptive stream asks of a decision policy."""
+
+    @property
+    def wanted(self) -> Mode:
+        """The mode the next batch should be made in."""
+
+    @property
+    def probing(self) -> bool:
+        """Whether CPU times and producer timings are needed for the coming cycles."""
+
+    @property
+    def reason(self) -> str:
+        """Why the current mode was chosen, in a few words."""
+
+    def start_epoch(self) -> None:
+        """A new epoch starts (its first batch is requested next)."""
+
+    def observe(self, cycle: Cycle) -> None:
+        """Account for one batch handed out."""
+
+
+def _enough(cycles: Sequence[object], least: int, seconds: float) -> bool:
+    count = len(cycles)
+    return count >= PROBE_MAX or (count >= least and seconds >= PROBE_SECONDS)
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.3g} ms"
+
+
+class ModeChooser:
+    """The measured decision described in this module's docstring."""
+
+    def __init__(self) -> None:
+        self._mode: Mode = INLINE
+        self._decided = False
+        self._reason = "deciding: measuring the first batches"
+        #: "prefetch" or "inline" while probing that mode, None once decided.
+        self._probe: Mode | None = None
+        self._first_of_epoch = True
+        self._prefetched: list[Cycle] = []
+        self._prefetch_seconds = 0.0
+        self._produced: list[tuple[float, float]] = []
+        self._inline: list[float] = []
+        self._window: deque[float] = deque(maxlen=DRIFT_WINDOW)
+        #: Median cycle of the first full window after a decision: the steady state.
+        self._reference: float | None = None
+        self._gap = FIRST_RECHECK_GAP
+        self._drifted = False
+        self._since_decision = 0
+        #: How many decisions were taken (the first one included).
+        self.decisions = 0
+        #: How many re-checks drift started.
+        self.rechecks = 0
+
+    @property
+    def wanted(self) -> Mode:
+        if self._first_of_epoch:
+            return INLINE
+        if self._probe is not None:
+            return self._probe
+        return self._mode
+
+    @property
+    def probing(self) -> bool:
+        return self._probe == PREFETCH and not self._first_of_epoch
+
+    @property
+    def reason(self) -> str:
+        if not self.rechecks:
+            return self._reason
+        times = "once" if self.rechecks == 1 else f"{self.rechecks} times"
+        return f"{self._reason}; re-checked {times} as the cost per batch drifted"
+
+    def start_epoch(self) -> None:
+        self._first_of_epoch = True
+        self._window.clear()
+        if not self._decided and self._probe is None:
+            self._probe = PREFETCH
+
+    def observe(self, cycle: Cycle) -> None:
+        if self._first_of_epoch:
+            # The epoch's first batch was made inline; no cycle ends with it.
+            self._first_of_epoch = False
+            if not self._decided and self._probe is None:
+                self._probe = PREFETCH
+            return
+        if cycle.mode is None:
+            return
+        if self._probe is not None:
+            self._observe_probe(cycle)
+        elif cycle.mode == self._mode:
+            self._watch_drift(cycle.seconds)
+
+    def _observe_probe(self, cycle: Cycle) -> None:
+        if cycle.mode != self._probe:
+            return
+        if cycle.mode == PREFETCH:
+            self._prefetched.append(cycle)
+            self._produced.extend(cycle.produced)
+            self._prefetch_seconds += cycle.seconds
+            if _enough(self._prefetched, PREFETCH_PROBE, self._prefetch_seconds):
+                self._after_prefetch_probe()
+        else:
+            self._inline.append(cycle.seconds)
+            if _enough(self._inline, INLINE_PROBE, sum(self._inline)):
+                self._compare(statistics.median(self._inline))
+
+    def _after_prefetch_probe(self) -> None:
+        cycles = self._prefetched
+        seconds = statistics.median(c.seconds for c in cycles)
+        wait = statistics.median(c.wait for c in cycles)
+        if self._inline:
+            # A re-check from inline: the recent inline cycles are the comparison.
+            self._compare(statistics.median(self._inline))
+            return
+        if self._produced and wait <= KEPT_UP * seconds:
+            step = statistics.median(c.seconds - c.wait for c in cycles)
+            step_cpu = statistics.median(c.cpu for c in cycles)
+            produce = statistics.median(wall for wall, _ in self._produced)
+            produce_cpu = statistics.median(cpu for _, cpu in self._produced)
+            bound = step + produce - step_cpu - produce_cpu
+            if seconds <= CLEAR_WIN * bound:
+                self._decide(
+                    PREFETCH,
+                    f"making batches overlapped the step: {_ms(seconds)} per batch, "
+                    f"at least {_ms(bound)} one after the other",
+                )
+                return
+        self._probe = INLINE
+
+    def _compare(self, inline: float) -> None:
+        prefetch = statistics.median(c.seconds for c in self._prefetched)
+        if prefetch < (1 - TIE_MARGIN) * inline:
+            self._decide(
+                PREFETCH,
+                f"prefetching paid: {_ms(prefetch)} per batch, {_ms(inline)} made inline",
+            )
+        else:
+            self._decide(
+                INLINE,
+                f"prefetching did not pay: {_ms(prefetch)} per batch with a producer "
+                f"thread, {_ms(inline)} made inline",
+            )
+
+    def _decide(self, mode: Mode, reason: str) -> None:
+        self._mode = mode
+        self._reason = reason
+        self._reference = None
+        self._prefetch_seconds = 0.0
+        self._decided = True
+        self._probe = None
+        self._prefetched = []
+        self._produced = []
+        self._inline = []
+        self._window.clear()
+        self._since_decision = 0
+        self._drifted = False
+        self.decisions += 1
+
+    def _watch_drift(self, seconds: float) -> None:
+        self._since_decision += 1
+        window = self._window
+        window.append(seconds)
+        # Checked every half window, which is often enough and keeps the cost per batch
+        # at a few hundred nanoseconds.
+        since = self._since_decision
+        if since % (DRIFT_WINDOW // 2) or len(window) < DRIFT_WINDOW:
+            return
+        median = statistics.median(window)
+        reference = self._reference
+        if reference is None:
+            # Measured in the chosen mode once it settled, not during the probe (a
+            # worker queue filled while prefetching makes the first inline batches fast).
+            self._reference = median
+            return
+        if since < self._gap:
+            return
+        if abs(median - reference) <= DRIFT_MIN_SECONDS or (
+            reference / DRIFT_FACTOR <= median <= reference * DRIFT_FACTOR
+        ):
+            self._drifted = False
+            return
+        if not self._drifted:
+            self._drifted = True  # confirmed, or not, at the next check
+            return
+        self._drifted = False
+        self._gap *= 2
+        self.rechecks += 1
+        if self._mode == INLINE:
+            # The newest half: the median moved, so they are all past the change.
+            self._inline = list(window)[DRIFT_WINDOW // 2 :]
+        self._window.clear()
+        self._probe = PREFETCH

@@ -1,0 +1,204 @@
+"""The prefetch-or-inline decision, from scripted cycle timings (no clock, no thread)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dataloaderx.backends._mode_decision import (
+    DRIFT_WINDOW,
+    INLINE,
+    INLINE_PROBE,
+    PREFETCH,
+    PREFETCH_PROBE,
+    PROBE_MAX,
+    Cycle,
+    Mode,
+    ModeChooser,
+)
+
+MS = 0.001
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Seconds per batch of one scripted loop: its step, and making a batch.
+
+    ``produce`` is the time ``next(source)`` takes; ``produce_cpu`` and ``step_cpu`` the
+    CPU time that holds the GIL (a pure-Python loop), so that two threads cannot overlap
+    it. ``parallel`` is the share of ``produce`` spent waiting for work that runs in other
+    processes anyway (DataLoader workers), which a thread cannot hide either.
+    """
+
+    step: float
+    produce: float
+    step_cpu: float = 0.0
+    produce_cpu: float = 0.0
+    parallel: float = 0.0
+
+    def inline(self) -> Cycle:
+        own = self.produce * (1 - self.parallel)
+        waited = max(own, self.produce - self.step)
+        return Cycle(INLINE, self.step + waited, waited)
+
+    def prefetch(self) -> Cycle:
+        # The GIL-holding parts cannot overlap; the rest overlaps fully.
+        serial = self.step_cpu + self.produce_cpu
+        seconds = max(self.step, self.produce, serial) + 0.02 * MS  # plus the hand-off
+        wait = seconds - self.step
+        return Cycle(
+            PREFETCH,
+            seconds,
+            wait,
+            cpu=self.step_cpu,
+            produced=((self.produce + self.step_cpu, self.produce_cpu),),
+        )
+
+
+def noisy(cycle: Cycle, rng: random.Random, spread: float) -> Cycle:
+    factor = 1 + rng.uniform(-spread, spread)
+    return Cycle(cycle.mode, cycle.seconds * factor, cycle.wait * factor, cycle.cpu, cycle.produced)
+
+
+def run(
+    chooser: ModeChooser,
+    workload: Callable[[int], Workload],
+    batches: int,
+    *,
+    start: int = 0,
+    spread: float = 0.0,
+    seed: int = 0,
+) -> list[Mode]:
+    """Feed ``batches`` cycles of one epoch; return the mode each batch was made in."""
+    rng = random.Random(seed)
+    modes: list[Mode] = []
+    chooser.start_epoch()
+    for index in range(start, start + batches):
+        mode = chooser.wanted
+        modes.append(mode)
+        load = workload(index)
+        cycle = load.prefetch() if mode == PREFETCH else load.inline()
+        chooser.observe(noisy(cycle, rng, spread))
+    return modes
+
+
+def test_slow_fetch_with_a_gpu_like_step_prefetches_without_trying_inline() -> None:
+    chooser = ModeChooser()
+    io_bound = Workload(step=15 * MS, produce=15 * MS)  # both release the GIL
+    modes = run(chooser, lambda _: io_bound, 40)
+    assert modes[0] == INLINE  # the first batch: nothing to overlap yet
+    assert modes[1:] == [PREFETCH] * 39  # no batch was made inline to find out
+    assert chooser.decisions == 1
+    assert chooser.reason.startswith("making batches overlapped the step: ")
+
+
+def test_slow_fetch_with_a_fast_step_prefetches_after_a_short_inline_probe() -> None:
+    chooser = ModeChooser()
+    modes = run(chooser, lambda _: Workload(step=3.75 * MS, produce=15 * MS), 40)
+    probe_end = 1 + PREFETCH_PROBE + INLINE_PROBE
+    assert modes[1 + PREFETCH_PROBE : probe_end] == [INLINE] * INLINE_PROBE
+    assert modes[probe_end:] == [PREFETCH] * (40 - probe_end)
+    assert chooser.reason.startswith("prefetching paid: ")
+
+
+def test_fast_step_with_workers_makes_batches_inline() -> None:
+    chooser = ModeChooser()
+    workers = Workload(step=0.01 * MS, produce=0.2 * MS, produce_cpu=0.02 * MS, parallel=1.0)
+    modes = run(chooser, lambda _: workers, 500)
+    # Short cycles are probed longer (5 ms' worth), which costs little at this size.
+    assert PREFETCH_PROBE < modes.count(PREFETCH) <= PROBE_MAX
+    assert modes[-400:] == [INLINE] * 400
+    assert chooser.decisions == 1
+    assert chooser.reason.startswith("prefetching did not pay: ")
+
+
+def test_gil_bound_python_makes_batches_inline() -> None:
+    chooser = ModeChooser()
+    python = Workload(step=5 * MS, produce=5 * MS, step_cpu=5 * MS, produce_cpu=5 * MS)
+    modes = run(chooser, lambda _: python, 60, spread=0.1)
+    assert modes.count(PREFETCH) == PREFETCH_PROBE
+    assert modes[-50:] == [INLINE] * 50
+
+
+def test_a_tie_goes_to_inline() -> None:
+    chooser = ModeChooser()
+    # Prefetched or not, the cycle is the same: nothing to overlap.
+    modes = run(chooser, lambda _: Workload(step=2 * MS, produce=0.05 * MS, parallel=1.0), 40)
+    assert modes[-20:] == [INLINE] * 20
+
+
+def test_a_change_mid_run_is_re_decided_once() -> None:
+    chooser = ModeChooser()
+    fast = Workload(step=0.01 * MS, produce=0.3 * MS, parallel=1.0)
+    overlapping = Workload(step=20 * MS, produce=20 * MS)
+
+    def workload(index: int) -> Workload:
+        return fast if index < 300 else overlapping
+
+    modes = run(chooser, workload, 2000, spread=0.2, seed=1)
+    assert modes[250:300] == [INLINE] * 50
+    assert chooser.decisions == 2
+    assert chooser.rechecks == 1
+    switched = modes.index(PREFETCH, 300)
+    assert switched <= 300 + 2 * DRIFT_WINDOW  # noticed within two windows
+    assert modes[switched:] == [PREFETCH] * (2000 - switched)  # and never flipped back
+
+
+def test_noise_alone_never_triggers_a_re_check() -> None:
+    chooser = ModeChooser()
+    python = Workload(step=5 * MS, produce=5 * MS, step_cpu=5 * MS, produce_cpu=5 * MS)
+    run(chooser, lambda _: python, 3000, spread=0.35, seed=2)
+    assert chooser.decisions == 1
+    assert chooser.rechecks == 0
+
+
+def test_a_cost_that_keeps_changing_is_re_checked_less_and_less_often() -> None:
+    chooser = ModeChooser()
+    cheap = Workload(step=1 * MS, produce=1 * MS, step_cpu=1 * MS, produce_cpu=1 * MS)
+    dear = Workload(step=4 * MS, produce=4 * MS, step_cpu=4 * MS, produce_cpu=4 * MS)
+    run(chooser, lambda index: cheap if (index // 20) % 2 else dear, 2000)
+    # A change every 20 batches could start 100 re-checks; each doubles the gap.
+    assert chooser.rechecks <= 7
+
+
+def test_the_decision_carries_over_short_epochs() -> None:
+    chooser = ModeChooser()
+    workers = Workload(step=0.01 * MS, produce=0.2 * MS, parallel=1.0)
+    epochs = [run(chooser, lambda _: workers, 3) for _ in range(40)]
+    assert all(modes[0] == INLINE for modes in epochs)
+    assert chooser.decisions == 1
+    assert epochs[-1] == [INLINE] * 3
+    assert sum(modes.count(PREFETCH) for modes in epochs) <= PROBE_MAX
+
+
+def test_a_new_epoch_keeps_prefetching_after_its_first_batch() -> None:
+    chooser = ModeChooser()
+    io_bound = Workload(step=15 * MS, produce=15 * MS)
+    run(chooser, lambda _: io_bound, 10)
+    assert run(chooser, lambda _: io_bound, 10) == [INLINE] + [PREFETCH] * 9
+    assert chooser.decisions == 1
+
+
+def test_cpu_figures_are_asked_for_only_while_probing_prefetch() -> None:
+    chooser = ModeChooser()
+    chooser.start_epoch()
+    asked = []
+    for _ in range(30):
+        asked.append(chooser.probing)
+        mode = chooser.wanted
+        load = Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0)
+        chooser.observe(load.prefetch() if mode == PREFETCH else load.inline())
+    assert asked[0] is False  # the first batch is made inline, untimed
+    assert asked[1 : 1 + PREFETCH_PROBE] == [True] * PREFETCH_PROBE
+    assert not any(asked[1 + PREFETCH_PROBE :])
+
+
+def test_batches_left_in_the_buffer_are_not_counted() -> None:
+    chooser = ModeChooser()
+    run(chooser, lambda _: Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0), 5)
+    assert chooser.wanted == INLINE  # the prefetch probe is over; the inline one starts
+    for _ in range(10):
+        chooser.observe(Cycle(None, 1.0, 0.0))  # drained: they say nothing about inline
+    assert chooser.decisions == 0
+    assert chooser.wanted == INLINE

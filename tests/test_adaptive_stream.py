@@ -1,0 +1,198 @@
+"""Switching between a producer thread and inline batches: invisible to the loop."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+
+from dataloaderx import DataLoaderX
+from dataloaderx.backends import _adaptive
+from dataloaderx.backends._adaptive import start_adaptive_stream
+from tests.helpers import (
+    Counter,
+    FailingDataset,
+    RangeDataset,
+    SwitchingPolicy,
+    WarningDataset,
+    assert_same,
+    assert_same_events,
+    run_events,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def counting(limit: int, made_in: list[str]) -> Iterator[int]:
+    for value in range(limit):
+        made_in.append(threading.current_thread().name)
+        yield value
+
+
+def test_every_item_once_in_order_across_switches() -> None:
+    made_in: list[str] = []
+    policy = SwitchingPolicy("PIPPIIPPPI")
+    stream = start_adaptive_stream(counting(200, made_in), backend="test", depth=3, policy=policy)
+    assert list(stream) == list(range(200))
+    producers = {name for name in made_in if name.startswith("dataloaderx-test-")}
+    assert len(producers) > 10  # a new producer thread after each switch to prefetch
+    assert threading.current_thread().name in made_in  # and batches made inline
+    stream.close()
+
+
+def test_hooks_run_in_the_right_thread() -> None:
+    seen: list[tuple[str, str]] = []
+    main = threading.current_thread().name
+
+    def where(hook: str) -> None:
+        seen.append((hook, "main" if threading.current_thread().name == main else "producer"))
+
+    def prepare(item: int) -> int:
+        where("prepare")
+        return item
+
+    def inline_prepare(item: int) -> int:
+        where("inline_prepare")
+        return item
+
+    def handout(item: int) -> int:
+        where("handout")
+        return item
+
+    stream = start_adaptive_stream(
+        iter(range(30)),
+        backend="test",
+        depth=2,
+        prepare=prepare,
+        on_start=lambda: where("on_start"),
+        handout=handout,
+        inline_prepare=inline_prepare,
+        policy=SwitchingPolicy("PPIIP"),
+    )
+    assert list(stream) == list(range(30))
+    assert {place for hook, place in seen if hook == "on_start"} == {"producer"}
+    assert {place for hook, place in seen if hook == "prepare"} == {"producer"}
+    assert {place for hook, place in seen if hook == "inline_prepare"} == {"main"}
+    assert {place for hook, place in seen if hook == "handout"} == {"main"}
+    made = sum(1 for hook, _ in seen if hook in ("prepare", "inline_prepare"))
+    assert made == 30  # each item prepared exactly once, one way or the other
+    assert sum(1 for hook, _ in seen if hook == "handout") == 30
+
+
+def test_inline_prepare_defaults_to_prepare() -> None:
+    stream = start_adaptive_stream(
+        iter(range(12)),
+        backend="test",
+        depth=2,
+        prepare=lambda item: item * 10,
+        policy=SwitchingPolicy("IP"),
+    )
+    assert list(stream) == [10 * item for item in range(12)]
+
+
+def test_inline_makes_no_batch_ahead() -> None:
+    counter = Counter()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("PPPPIIIIII"))
+        loader = DataLoaderX(RangeDataset(40), batch_size=1, collate_fn=counter)
+    iterator = iter(loader)
+    for _ in range(8):  # four prefetched, the buffer drained, then inline
+        next(iterator)
+    before = counter.count
+    next(iterator)
+    assert counter.count == before + 1  # made on demand, as DataLoader does
+    iterator.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_errors_and_warnings_match_dataloader_across_switches(num_workers: int) -> None:
+    dataset = FailingDataset(30, frozenset({2, 3, 9, 17}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("PIIPPI"))
+        loader = DataLoaderX(dataset, batch_size=2, num_workers=num_workers)
+    expected = run_events(iter(DataLoader(dataset, batch_size=2, num_workers=num_workers)))
+    assert_same_events(run_events(iter(loader)), expected)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("PIIPPI"))
+        warning_loader = DataLoaderX(WarningDataset(20), batch_size=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = list(warning_loader)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert_same(batches, list(DataLoader(WarningDataset(20), batch_size=1)))
+    assert [str(w.message) for w in caught] == [f"odd item {i}" for i in range(1, 20, 2)]
+
+
+@pytest.mark.parametrize("stop_after", [1, 2, 3, 4, 5, 6])
+def test_break_or_close_at_any_point_of_a_switch(stop_after: int) -> None:
+    # Pattern "PPPI...": batches 4 and on are a drain, then inline; stop anywhere in it.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("PPPIII"))
+        loader = DataLoaderX(RangeDataset(40), batch_size=1, num_workers=2)
+    for _ in range(2):
+        for index, _batch in enumerate(loader):
+            if index + 1 == stop_after:
+                break
+    iterator = iter(loader)
+    for _ in range(stop_after):
+        next(iterator)
+    iterator.close()
+    iterator.close()
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
+def test_persistent_workers_and_epochs_with_switches() -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("PIPPI"))
+        loader = DataLoaderX(RangeDataset(30), batch_size=4, num_workers=2, persistent_workers=True)
+    reference = DataLoader(RangeDataset(30), batch_size=4)
+    for epoch in range(4):
+        if epoch % 2:
+            for index, _batch in enumerate(loader):
+                if index == 2:
+                    break
+        else:
+            assert_same(list(loader), list(reference))
+
+
+def test_stats_report_the_mode_and_why() -> None:
+    loader = DataLoaderX(RangeDataset(40), batch_size=1)
+    list(loader)
+    stats = loader.stats
+    assert stats is not None
+    assert stats.mode is not None
+    mode, _, rest = stats.mode.partition(" (")
+    assert mode in ("prefetch", "inline")
+    assert "prefetch" in rest
+    assert rest.endswith(" of 40 batches prefetched")
+    fixed = DataLoaderX(RangeDataset(4), backend_options={"adaptive": False})
+    list(fixed)
+    assert fixed.stats is not None
+    assert fixed.stats.mode is None
+
+
+def test_decides_with_stats_off() -> None:
+    loader = DataLoaderX(RangeDataset(60), batch_size=1, backend_options={"stats": False})
+    list(loader)
+    chooser: Any = loader.prefetch_backend._policy  # type: ignore[attr-defined]
+    assert chooser.decisions == 1
+
+
+def test_auto_on_a_cpu_adapts_and_can_be_fixed() -> None:
+    adaptive = DataLoaderX(RangeDataset(8), backend="auto")
+    fixed = DataLoaderX(RangeDataset(8), backend="auto", backend_options={"adaptive": False})
+    if adaptive.prefetch_backend.describe()["resolved"] != "thread":
+        pytest.skip("auto runs as cuda here, which does not adapt")
+    assert_same(list(adaptive), list(DataLoader(RangeDataset(8))))
+    assert adaptive.stats is not None
+    assert adaptive.stats.mode is not None
+    assert_same(list(fixed), list(DataLoader(RangeDataset(8))))
+    assert fixed.stats is not None
+    assert fixed.stats.mode is None
