@@ -10,6 +10,7 @@ from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
 from dataloaderx._handoff_imports import import_handoff_modules
+from dataloaderx._read_ahead import open_read_ahead_bounded, read_ahead_limit
 from dataloaderx._source import GuardedSource
 from dataloaderx._wrapper import ClosesOnExit, delegate
 from dataloaderx.backends._engine import JOIN_TIMEOUT_SECONDS
@@ -72,7 +73,9 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         opened = self._source if stats is None else TimedSource(self._source, stats)
         # Before the backend starts anything that reads the source in another thread.
         import_handoff_modules()
-        self._stream: BatchStream[T_co] = backend.open(opened)
+        self._stream: BatchStream[T_co] = open_read_ahead_bounded(
+            backend, opened, read_ahead_limit(inner)
+        )
         self._buffered: Callable[[], int] | None = getattr(self._stream, "buffered", None)
         if stats is not None:
             stats.usage = getattr(self._stream, "buffer_usage", None)

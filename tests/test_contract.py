@@ -191,6 +191,31 @@ def test_persistent_shuffled_epochs_after_early_exit_are_complete(backend: str) 
         assert sorted(full) == list(range(30))
 
 
+@pytest.mark.parametrize("exhaust", [False, True])
+def test_next_epochs_order_as_dataloader_whether_or_not_the_loop_asks_past_the_end(
+    backend: Any, exhaust: bool
+) -> None:
+    """A loop that stops by length (as Lightning does) never reads the sampler past the
+    last batch; a ``for`` loop does. Either way the next epoch's shuffle must match."""
+
+    def epochs(loader: DataLoader[Any]) -> list[list[Any]]:
+        seen: list[list[Any]] = []
+        for _ in range(3):
+            iterator = iter(loader)
+            seen.append([next(iterator).tolist() for _ in range(len(loader))])
+            if exhaust:
+                assert next(iterator, None) is None
+            del iterator
+        return seen
+
+    def build(cls: Any, **extra: Any) -> DataLoader[Any]:
+        generator = torch.Generator().manual_seed(11)
+        return cls(RangeDataset(24), batch_size=3, shuffle=True, generator=generator, **extra)
+
+    expected = epochs(build(DataLoader))
+    assert epochs(build(DataLoaderX, backend=backend)) == expected
+
+
 # 3. Early exit stops everything --------------------------------------------------------
 
 

@@ -254,7 +254,9 @@ def test_buffer_advice_names_depth_and_max_bytes_when_they_matter() -> None:
 
 
 def test_buffer_usage_outlives_the_epoch_and_copies_without_the_stream() -> None:
-    loader = DataLoaderX([torch.zeros(4)] * 10, batch_size=None, backend_options={"depth": 3})
+    loader = DataLoaderX(
+        [torch.zeros(4)] * 10, batch_size=None, backend_options={"depth": 3, "adaptive": False}
+    )
     iterator = iter(loader)
     next(iterator)
     clone = copy.deepcopy(loader)  # mid-epoch: the stream (threads, locks) stays behind
