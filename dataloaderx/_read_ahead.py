@@ -67,25 +67,28 @@ class _ReopeningStream(Generic[T]):
         self._backend = backend
         self._source = source
         self._bounded = _Bounded(source, limit)
-        self._stream: BatchStream[T] = backend.open(self._bounded)
+        # An epoch with no batch left starts nothing until the loop asks.
+        self._stream: BatchStream[T] | None = backend.open(self._bounded) if limit else None
         self._reopened = False
         pass_on(self._stream, self)
 
     def __next__(self) -> T:
-        try:
-            return next(self._stream)
-        except StopIteration:
-            if self._reopened or not self._bounded.reached:
-                raise
+        if self._stream is not None:
+            try:
+                return next(self._stream)
+            except StopIteration:
+                if self._reopened or not self._bounded.reached:
+                    raise
+            self._stream.close()
         # The loop asked for the batch after the last one: now the source may be read.
-        self._stream.close()
         self._reopened = True
         self._stream = self._backend.open(self._source)
         return next(self._stream)
 
     def close(self) -> None:
         """Close the current stream; safe to call more than once."""
-        self._stream.close()
+        if self._stream is not None:
+            self._stream.close()
 
 
 def open_read_ahead_bounded(

@@ -11,6 +11,7 @@ import torch
 from dataloaderx.backends import _adaptive
 from dataloaderx.backends._byte_budget import batch_bytes
 from dataloaderx.backends._closing import ClosingStream
+from dataloaderx.backends._copy_policy import SmallBatchesOnly
 from dataloaderx.backends._depth_options import DEFAULT_MAX_DEPTH, check_depth_options
 from dataloaderx.backends._device_api import DeviceAPI, TorchAccelerator
 from dataloaderx.backends._device_options import (
@@ -26,11 +27,22 @@ from dataloaderx.registry import register_backend
 __all__ = ["CudaBackend"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _device_bytes(ready: Any) -> int:
     """The bytes a prepared batch holds on the device."""
     return batch_bytes(ready.batch, device_only=True)
+
+
+def _noting_size(policy: SmallBatchesOnly, prepare: Callable[[Any], R]) -> Callable[[Any], R]:
+    """``prepare``, telling ``policy`` each host batch's size first."""
+
+    def noted(batch: Any) -> R:
+        policy.note(batch_bytes(batch))
+        return prepare(batch)
+
+    return noted
 
 
 @register_backend("cuda", aliases=("cuda_stream",))
@@ -43,8 +55,8 @@ class CudaBackend(Backend):
     tensors of the matching rank during the copy), ``pin_threads`` (threads that copy
     pageable batches into pinned staging memory; ``None``: half the cores, at most 8),
     ``max_depth`` (the ceiling of ``depth="auto"``), ``max_bytes`` (a cap on the device
-    bytes buffered) and ``adaptive`` (``True``: where the producer thread does not pay,
-    for example for tiny batches, each batch is fetched and copied in the training
+    bytes buffered) and ``adaptive`` (``True``: while batches stay under 256 KiB and the
+    producer thread does not pay, each batch is fetched and copied in the training
     thread instead, on its current stream). The backend pins batches itself, so a loader's
     ``pin_memory=True`` does not start DataLoader's own pin-memory thread. See
     ``docs/cuda.md``.
@@ -96,7 +108,7 @@ class CudaBackend(Backend):
         self._api = type(self).device_api
         self._streams: dict[torch.device, Any] = {}
         self._lock = threading.Lock()
-        self._policy = _adaptive.new_policy() if self.adaptive else None
+        self._policy = SmallBatchesOnly(_adaptive.new_policy()) if self.adaptive else None
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -162,8 +174,13 @@ class CudaBackend(Backend):
         if self._policy is None:
             stream = start_thread_stream(source, **options)
         else:
+            policy = self._policy
+            options["prepare"] = _noting_size(policy, copier.prepare)
             stream = _adaptive.start_adaptive_stream(
-                source, inline_prepare=copier.prepare_inline, policy=self._policy, **options
+                source,
+                inline_prepare=_noting_size(policy, copier.prepare_inline),
+                policy=policy,
+                **options,
             )
         return ClosingStream(stream, copier.close)
 
