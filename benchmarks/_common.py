@@ -37,17 +37,27 @@ class NaiveBackgroundLoader(DataLoader[Any]):
         return BackgroundGenerator(super().__iter__(), max_prefetch=self.max_prefetch)
 
 
-def backend_spec(name: str, depth: int, stats: bool = True) -> dict[str, Any]:
-    """``{"name": ..., "depth": depth}`` for backends with a depth, plus the stats option."""
+def backend_spec(
+    name: str, depth: int, stats: bool = True, always_prefetch: bool = False
+) -> dict[str, Any]:
+    """``{"name": ..., "depth": depth}`` for backends with a depth, plus the stats option.
+
+    ``always_prefetch`` turns ``adaptive`` off, for benchmarks of the prefetching itself.
+    """
     spec: dict[str, Any] = {"name": name}
-    if "depth" in (backend_option_names(get_backend(name)) or []):
+    options = backend_option_names(get_backend(name)) or []
+    if "depth" in options:
         spec["depth"] = depth
+    if always_prefetch and "adaptive" in options:
+        spec["adaptive"] = False
     if not stats:
         spec["stats"] = False
     return spec
 
 
-def contestants(dataset: Any, *, depth: int = 2, **kwargs: Any) -> dict[str, LoaderFactory]:
+def contestants(
+    dataset: Any, *, depth: int = 2, always_prefetch: bool = False, **kwargs: Any
+) -> dict[str, LoaderFactory]:
     """Factories for DataLoader, the naive pattern and every backend, same arguments."""
 
     def naive() -> Iterable[Any]:
@@ -60,7 +70,7 @@ def contestants(dataset: Any, *, depth: int = 2, **kwargs: Any) -> dict[str, Loa
         NAIVE: naive,
     }
     for name in available_backends():
-        spec = backend_spec(name, depth)
+        spec = backend_spec(name, depth, always_prefetch=always_prefetch)
         found[name] = lambda spec=spec: DataLoaderX(dataset, backend=spec, **kwargs)
     return found
 

@@ -4,7 +4,8 @@ Backends are compared with ``sync`` (the same ``DataLoaderX`` wrapper, no thread
 naive ``BackgroundGenerator`` pattern with plain ``DataLoader``. Also reports what the
 stall statistics cost (``stats`` on vs off). Targets for ``thread`` (same run, same
 depth): never worse than ``BackgroundGenerator`` at depth 2, <= 0.5x its overhead at
-depth 8.
+depth 8. Adaptive backends run with ``adaptive=False``: this measures the hand-off itself
+(adaptive, they would make these batches inline).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ def main() -> None:
     per_batch = 1e6 / args.batches
     rows: list[list[str]] = []
     for depth in (2, 8):
-        factories = bench.contestants(dataset, depth=depth, batch_size=None)
+        factories = bench.contestants(dataset, depth=depth, batch_size=None, always_prefetch=True)
         for name in ("thread", "sync"):
-            spec = bench.backend_spec(name, depth, stats=False)
+            spec = bench.backend_spec(name, depth, stats=False, always_prefetch=True)
             factories[f"{name} (stats off)"] = lambda spec=spec: DataLoaderX(
                 dataset, backend=spec, batch_size=None
             )

@@ -106,7 +106,7 @@ def test_fast_step_with_workers_makes_batches_inline() -> None:
     chooser = ModeChooser()
     workers = Workload(step=0.01 * MS, produce=0.2 * MS, produce_cpu=0.02 * MS, parallel=1.0)
     modes = run(chooser, lambda _: workers, 500)
-    # Short cycles are probed longer (5 ms' worth), which costs little at this size.
+    # Short cycles are probed longer (3 ms' worth), which costs little at this size.
     assert PREFETCH_PROBE < modes.count(PREFETCH) <= PROBE_MAX
     assert modes[-400:] == [INLINE] * 400
     assert chooser.decisions == 1

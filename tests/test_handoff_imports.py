@@ -34,6 +34,6 @@ def test_producers_import_nothing_while_receiving_worker_batches(backend: str) -
 @pytest.mark.parametrize("backend_name", ["thread", "background"])
 def test_without_the_warm_up_a_producer_would_import_hmac(backend_name: str) -> None:
     # The control: the check above sees the imports it guards against.
-    imported = _producer_imports(backend_name, "--no-warm-up")["imported"]
+    imported = _producer_imports(backend_name, "--no-warm-up", "--always-prefetch")["imported"]
     assert isinstance(imported, list)
     assert "hmac" in imported

@@ -67,9 +67,10 @@ PREFETCH_PROBE: Final = 4
 INLINE_PROBE: Final = 2
 #: A probe also goes on until its cycles add up to this many seconds, so that short,
 #: noisy cycles are judged on more of them; a batch costs little there ...
-PROBE_SECONDS: Final = 0.005
-#: ... up to this many cycles.
-PROBE_MAX: Final = 32
+PROBE_SECONDS: Final = 0.003
+#: ... up to this many cycles (for batches of microseconds, the probe's cost is the
+#: hand-off of these few batches).
+PROBE_MAX: Final = 12
 #: Prefetching clearly wins when its cycle is at most this fraction of the inline bound.
 CLEAR_WIN: Final = 0.9
 #: ... and the consumer waited at most this fraction of the cycle (the producer kept up).
