@@ -9,6 +9,7 @@ from typing import Any, Final, NamedTuple
 import torch
 
 from dataloaderx.backends._depth_options import DepthSpec, check_depth
+from dataloaderx.backends.base import check_bool
 
 __all__ = [
     "MAX_AUTO_PIN_THREADS",
@@ -16,7 +17,6 @@ __all__ = [
     "CopyOptions",
     "DeviceSpec",
     "auto_pin_threads",
-    "check_bool",
     "check_copy_options",
     "check_device",
     "check_memory_format",
@@ -42,16 +42,6 @@ MEMORY_FORMATS: Final[dict[str, tuple[torch.memory_format, int | None]]] = {
     "preserve_format": (torch.preserve_format, None),
 }
 _RANKS: Final = dict(MEMORY_FORMATS.values())
-
-
-def check_bool(backend: str, option: str, value: object) -> bool:
-    """Return ``value`` if it is a ``bool``, else raise a message naming the option."""
-    if not isinstance(value, bool):
-        raise TypeError(
-            f"backend {backend!r} option {option!r} must be True or False, "
-            f"got {value!r} ({type(value).__name__})"
-        )
-    return value
 
 
 def check_transform(backend: str, option: str, value: object) -> Callable[[Any], Any] | None:
