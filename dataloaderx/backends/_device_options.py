@@ -14,6 +14,7 @@ from dataloaderx.backends.base import check_bool
 __all__ = [
     "MAX_AUTO_PIN_THREADS",
     "MEMORY_FORMATS",
+    "CopyOptionAttributes",
     "CopyOptions",
     "DeviceSpec",
     "auto_pin_threads",
@@ -171,6 +172,21 @@ class CopyOptions(NamedTuple):
     transform: Callable[[Any], Any] | None
     memory_format: torch.memory_format | None
     pin_threads: int | None
+
+
+class CopyOptionAttributes:
+    """The validated copy options of a backend, kept as the public attributes that
+    ``describe()`` and ``repr`` list."""
+
+    device: DeviceSpec
+    depth: DepthSpec
+    non_blocking: bool
+    transform: Callable[[Any], Any] | None
+    memory_format: torch.memory_format | None
+    pin_threads: int | None
+
+    def _set_copy_options(self, options: CopyOptions) -> None:
+        vars(self).update(options._asdict())
 
 
 def check_copy_options(

@@ -106,13 +106,6 @@ class StagingPool:
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self._closed = False
-        #: Most pinned bytes held at once.
-        self.peak_bytes = 0
-
-    @property
-    def held_bytes(self) -> int:
-        """Pinned bytes held now."""
-        return sum(slot.capacity for slot in self._slots)
 
     def stage(
         self, tensors: Sequence[torch.Tensor]
@@ -169,7 +162,6 @@ class StagingPool:
                 self._api.unpin_buffer(smallest.buffer)
             chosen = _Slot(self._api.pin_buffer(nbytes))
             self._slots.append(chosen)
-            self.peak_bytes = max(self.peak_bytes, self.held_bytes)
         else:
             return None
         # Oldest use first: move the chosen slot to the end.

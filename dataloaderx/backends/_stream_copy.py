@@ -71,7 +71,7 @@ class StreamCopier:
         self._transform = transform
         self._memory_format = memory_format
         self._stream: Any = None
-        self.staging = StagingPool(api, slots=staging_slots)
+        self._staging = StagingPool(api, slots=staging_slots)
         self._copy_threads = CopyThreads(pin_threads, name=thread_name)
 
     def start(self) -> None:
@@ -100,14 +100,14 @@ class StreamCopier:
         pageable = self._pageable(batch)
         if not pageable:
             return self._enqueue(batch, {})
-        slot, views, segments = self.staging.stage(pageable)
+        slot, views, segments = self._staging.stage(pageable)
         try:
             self._copy_threads.copy(segments)
             ready = self._enqueue(batch, {id(t): v for t, v in zip(pageable, views, strict=True)})
         except BaseException:
             self._release_after_failure(slot)
             raise
-        self.staging.release_after(slot, ready.event)
+        self._staging.release_after(slot, ready.event)
         return ready
 
     def _release_after_failure(self, slot: Any) -> None:
@@ -118,7 +118,7 @@ class StreamCopier:
             api.record_event(event, self._stream)
         except Exception:  # noqa: BLE001 - the slot then stays reserved until close()
             return
-        self.staging.release_after(slot, event)
+        self._staging.release_after(slot, event)
 
     def _copied(self, batch: Any, staged: dict[int, torch.Tensor]) -> Any:
         """``batch`` copied to the device on the current stream (reading each tensor's
@@ -170,4 +170,4 @@ class StreamCopier:
         try:
             self._copy_threads.close()
         finally:
-            self.staging.close()
+            self._staging.close()

@@ -12,7 +12,12 @@ import torch
 from dataloaderx._tree import map_tensors
 from dataloaderx.backends import _adaptive
 from dataloaderx.backends._depth_options import check_depth_options
-from dataloaderx.backends._device_options import DeviceSpec, check_copy_options, format_for
+from dataloaderx.backends._device_options import (
+    CopyOptionAttributes,
+    DeviceSpec,
+    check_copy_options,
+    format_for,
+)
 from dataloaderx.backends._engine import start_thread_stream
 from dataloaderx.backends.base import Backend, BatchStream, check_bool
 from dataloaderx.backends.cuda import CudaBackend
@@ -33,7 +38,7 @@ def _on_host(
 
 
 @register_backend("auto")
-class AutoBackend(Backend):
+class AutoBackend(CopyOptionAttributes, Backend):
     """``cuda`` when an accelerator is present, else ``thread``: one config for both.
 
     Takes the ``cuda`` options and validates all of them on every machine. Without an
@@ -76,14 +81,7 @@ class AutoBackend(Backend):
             memory_format=memory_format,
             pin_threads=pin_threads,
         )
-        (
-            self.device,
-            self.depth,
-            self.non_blocking,
-            self.transform,
-            self.memory_format,
-            self.pin_threads,
-        ) = self._options
+        self._set_copy_options(self._options)
         self.resolved = "cuda" if has_accelerator else "thread"
         self._policy = _adaptive.new_policy() if adaptive and not has_accelerator else None
         self._cuda: CudaBackend | None = None

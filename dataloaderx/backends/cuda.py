@@ -15,6 +15,7 @@ from dataloaderx.backends._copy_policy import SmallBatchesOnly
 from dataloaderx.backends._depth_options import DEFAULT_MAX_DEPTH, check_depth_options
 from dataloaderx.backends._device_api import DeviceAPI, TorchAccelerator
 from dataloaderx.backends._device_options import (
+    CopyOptionAttributes,
     DeviceSpec,
     auto_pin_threads,
     check_copy_options,
@@ -39,14 +40,15 @@ def _noting_size(policy: SmallBatchesOnly, prepare: Callable[[Any], R]) -> Calla
     """``prepare``, telling ``policy`` each host batch's size first."""
 
     def noted(batch: Any) -> R:
-        policy.note(batch_bytes(batch))
+        if policy.large is None:  # once a batch was large, sizes no longer matter
+            policy.note(batch_bytes(batch))
         return prepare(batch)
 
     return noted
 
 
 @register_backend("cuda", aliases=("cuda_stream",))
-class CudaBackend(Backend):
+class CudaBackend(CopyOptionAttributes, Backend):
     """Pin and copy batches to the device on a side stream, ``depth`` batches ahead.
 
     Options: ``device`` (default: the current accelerator device when the epoch starts),
@@ -82,14 +84,7 @@ class CudaBackend(Backend):
             self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
         )
         api = type(self).device_api
-        (
-            self.device,
-            self.depth,
-            self.non_blocking,
-            self.transform,
-            self.memory_format,
-            self.pin_threads,
-        ) = check_copy_options(
+        options = check_copy_options(
             self.name,
             accelerator=api.accelerator_type(),
             device_count=api.device_count,
@@ -100,6 +95,7 @@ class CudaBackend(Backend):
             memory_format=memory_format,
             pin_threads=pin_threads,
         )
+        self._set_copy_options(options)
         self.max_depth, self.max_bytes = limits.max_depth, limits.max_bytes
         self.adaptive = check_bool(self.name, "adaptive", adaptive)
         self._init_runtime_state()
