@@ -100,6 +100,41 @@ def alternate(
     return results
 
 
+def bracketed(
+    factories: dict[str, LoaderFactory],
+    run: Callable[[Iterable[Any]], float],
+    repeats: int,
+    after_run: Callable[[str, Iterable[Any]], None] | None = None,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Like :func:`alternate`, with a ``DataLoader`` run right before and after each other run.
+
+    Returns the times and, for every contestant, one throughput ratio per round: the mean
+    of the two ``DataLoader`` runs around it divided by its own time. A machine whose
+    speed drifts by tens of percent within seconds (shared hosts, frequency scaling)
+    moves both sides of each ratio alike. ``after_run(name, loader)`` is called after
+    each contestant's run (for example to read ``loader.stats``).
+    """
+    others = [name for name in factories if name != BASELINE]
+    times: dict[str, list[float]] = {name: [] for name in factories}
+    ratios: dict[str, list[float]] = {name: [] for name in factories}
+    for round_number in range(repeats):
+        shift = round_number % len(others)
+        before = run(factories[BASELINE]())
+        times[BASELINE].append(before)
+        for name in others[shift:] + others[:shift]:
+            loader = factories[name]()
+            seconds = run(loader)
+            if after_run is not None:
+                after_run(name, loader)
+            after = run(factories[BASELINE]())
+            times[name].append(seconds)
+            times[BASELINE].append(after)
+            ratios[name].append((before + after) / 2 / seconds)
+            ratios[BASELINE].append(before / after)
+            before = after
+    return times, ratios
+
+
 def medians(results: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in results.items()}
 
@@ -110,10 +145,39 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def parser(description: str) -> argparse.ArgumentParser:
+def parser(description: str, loaders: str | None = None) -> argparse.ArgumentParser:
+    """The common options; with ``loaders``, also ``--loaders`` with that default."""
     result = argparse.ArgumentParser(description=description)
     result.add_argument("--repeats", type=int, default=3, help="runs per contestant (median)")
+    if loaders is not None:
+        result.add_argument(
+            "--loaders",
+            choices=("kept", "new"),
+            default=loaders,
+            help="kept: one loader per contestant for every run, after a first epoch; "
+            "new: a new loader for every run (each pays for its own decision)",
+        )
     return result
+
+
+def kept_loaders(
+    factories: dict[str, LoaderFactory],
+    run: Callable[[Iterable[Any]], object],
+    label: str,
+    first_epochs: list[str],
+) -> dict[str, LoaderFactory]:
+    """One loader per contestant, for every run, after a first epoch with ``run``.
+
+    Appends each adaptive loader's first-epoch mode line (what its decision cost) to
+    ``first_epochs``.
+    """
+    loaders = {name: factory() for name, factory in factories.items()}
+    for name, loader in loaders.items():
+        run(loader)
+        stats = getattr(loader, "stats", None)
+        if stats is not None and stats.mode is not None:
+            first_epochs.append(f"{label}, {name}, first epoch: {stats.mode}")
+    return {name: lambda loader=loader: loader for name, loader in loaders.items()}
 
 
 def print_machine() -> None:

@@ -4,12 +4,20 @@
 * ``num_workers=2``, batch size 8, tiny tensors, no step: only the hand-off is left.
 * A pure-Python, GIL-bound dataset and step: a thread cannot overlap anything.
 
-Every loader is new in every run, so each run pays for its own decision. Target: the
-default (``thread``, and ``auto`` on a CPU) >= 0.98x DataLoader's throughput.
+``--loaders kept`` (the default) builds each loader once and times its epochs after a
+first one, as a training run iterates one loader for many epochs; the first epoch's
+mode line says what the decision cost. ``--loaders new`` builds a new loader for every
+run, so that each run pays for its own decision. Each run is bracketed by two
+``DataLoader`` runs and compared with their mean; the table gives the median and range
+of those paired ratios (``DataLoader``'s own row compares each ``DataLoader`` run with
+the next: the noise floor) and, for adaptive loaders, the mode each run ended in.
+Target: the default (``thread``, and ``auto`` on a CPU) >= 0.98x DataLoader's
+throughput.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import _common as bench
@@ -28,7 +36,7 @@ def spin(rounds: int) -> int:
 
 class PythonBound(Dataset[int]):
     def __len__(self) -> int:
-        return 600
+        return 1000
 
     def __getitem__(self, index: int) -> int:
         return spin(6000) + index
@@ -36,7 +44,7 @@ class PythonBound(Dataset[int]):
 
 class TinyTensors(Dataset[torch.Tensor]):
     def __len__(self) -> int:
-        return 16_000
+        return 8000
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.full((4,), index)
@@ -47,7 +55,7 @@ def python_step(batch: Any) -> None:
 
 
 def main() -> None:
-    args = bench.parser(__doc__ or "").parse_args()
+    args = bench.parser(__doc__ or "", loaders="kept").parse_args()
     bench.print_machine()
     cases = {
         "num_workers=2, fast step": (
@@ -61,17 +69,48 @@ def main() -> None:
         "pure Python, GIL-bound": (bench.contestants(PythonBound(), batch_size=10), python_step),
     }
     rows: list[list[str]] = []
+    first_epochs: list[str] = []
     for case, (factories, step) in cases.items():
-        results = bench.medians(
-            bench.alternate(
-                factories, lambda loader, s=step: bench.time_epoch(loader, s), args.repeats
+        modes: dict[str, list[str]] = {}
+        if args.loaders == "kept":
+            factories = bench.kept_loaders(
+                factories, lambda loader, s=step: bench.time_epoch(loader, s), case, first_epochs
             )
+
+        def note_mode(name: str, loader: Any, modes: dict[str, list[str]] = modes) -> None:
+            stats = getattr(loader, "stats", None)
+            if stats is not None and stats.mode is not None:
+                modes.setdefault(name, []).append(stats.mode.split(" ", 1)[0])
+
+        times, ratios = bench.bracketed(
+            factories,
+            lambda loader, s=step: bench.time_epoch(loader, s),
+            args.repeats,
+            note_mode,
         )
         rows += [
-            [case, name, f"{seconds:.3f}", f"{results[bench.BASELINE] / seconds:.3f}x"]
-            for name, seconds in results.items()
+            [
+                case,
+                name,
+                f"{statistics.median(seconds):.3f}",
+                f"{statistics.median(ratios[name]):.3f}x",
+                f"{min(ratios[name]):.3f}x-{max(ratios[name]):.3f}x",
+                ", ".join(f"{mode} {modes[name].count(mode)}" for mode in sorted(set(modes[name])))
+                if name in modes
+                else "",
+            ]
+            for name, seconds in times.items()
         ]
-    print(bench.markdown_table(["case", "loader", "epoch s", "throughput vs DataLoader"], rows))
+    header = [
+        "case",
+        "loader",
+        "epoch s (median)",
+        "vs DataLoader (paired median)",
+        "paired range",
+        "mode per run",
+    ]
+    print(bench.markdown_table(header, rows))
+    print("\n".join(first_epochs))
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from dataloaderx.backends._mode_decision import (
     DRIFT_WINDOW,
     INLINE,
     INLINE_PROBE,
+    INLINE_PROBE_MORE,
     PREFETCH,
     PREFETCH_PROBE,
     PROBE_MAX,
@@ -56,6 +58,40 @@ class Workload:
         )
 
 
+class Loop(Protocol):
+    def inline(self) -> Cycle: ...
+
+    def prefetch(self) -> Cycle: ...
+
+
+@dataclass
+class GilConvoy:
+    """A GIL-bound loop as two threads really run it: prefetched cycles are bimodal.
+
+    While the buffer holds a batch the step runs at once (``short``); then the consumer
+    waits a whole switch interval for the GIL (``long``). ``pattern`` lists the cycles
+    of one round, repeated; ``lucky`` short cycles come first (a probe can be lucky).
+    """
+
+    serial: float
+    short: float
+    long: float
+    pattern: str = "ssl"
+    lucky: int = 0
+    _made: int = field(default=0, init=False)
+
+    def inline(self) -> Cycle:
+        return Cycle(INLINE, self.serial, self.serial / 2)
+
+    def prefetch(self) -> Cycle:
+        made = self._made
+        self._made += 1
+        short = made < self.lucky or self.pattern[made % len(self.pattern)] == "s"
+        seconds = self.short if short else self.long
+        half = self.serial / 2
+        return Cycle(PREFETCH, seconds, max(0.0, seconds - half), half, ((half, half),))
+
+
 def noisy(cycle: Cycle, rng: random.Random, spread: float) -> Cycle:
     factor = 1 + rng.uniform(-spread, spread)
     return Cycle(cycle.mode, cycle.seconds * factor, cycle.wait * factor, cycle.cpu, cycle.produced)
@@ -63,7 +99,7 @@ def noisy(cycle: Cycle, rng: random.Random, spread: float) -> Cycle:
 
 def run(
     chooser: ModeChooser,
-    workload: Callable[[int], Workload],
+    workload: Callable[[int], Loop],
     batches: int,
     *,
     start: int = 0,
@@ -95,10 +131,15 @@ def test_slow_fetch_with_a_gpu_like_step_prefetches_without_trying_inline() -> N
 
 def test_slow_fetch_with_a_fast_step_prefetches_after_a_short_inline_probe() -> None:
     chooser = ModeChooser()
-    modes = run(chooser, lambda _: Workload(step=3.75 * MS, produce=15 * MS), 40)
+    modes = run(chooser, lambda _: Workload(step=3.75 * MS, produce=15 * MS), 80)
     probe_end = 1 + PREFETCH_PROBE + INLINE_PROBE
     assert modes[1 + PREFETCH_PROBE : probe_end] == [INLINE] * INLINE_PROBE
-    assert modes[probe_end:] == [PREFETCH] * (40 - probe_end)
+    # Confirmed once it settled: its first window, then inline cycles made right after.
+    confirmed = probe_end + DRIFT_WINDOW
+    assert modes[probe_end:confirmed] == [PREFETCH] * DRIFT_WINDOW
+    assert modes[confirmed : confirmed + INLINE_PROBE] == [INLINE] * INLINE_PROBE
+    assert modes[confirmed + INLINE_PROBE :] == [PREFETCH] * (80 - confirmed - INLINE_PROBE)
+    assert chooser.decisions == 1
     assert chooser.reason.startswith("prefetching paid: ")
 
 
@@ -119,6 +160,60 @@ def test_gil_bound_python_makes_batches_inline() -> None:
     modes = run(chooser, lambda _: python, 60, spread=0.1)
     assert modes.count(PREFETCH) == PREFETCH_PROBE
     assert modes[-50:] == [INLINE] * 50
+
+
+def test_gil_bound_python_with_bimodal_prefetched_cycles_makes_batches_inline() -> None:
+    chooser = ModeChooser()
+    # Median prefetched cycle 3 ms, below the 6.3 ms inline one; the mean is 8.7 ms.
+    convoy = GilConvoy(serial=6.3 * MS, short=3 * MS, long=20 * MS)
+    modes = run(chooser, lambda _: convoy, 200)
+    assert modes[-150:] == [INLINE] * 150
+    assert chooser.decisions == 1
+    assert chooser.reason.startswith("prefetching did not pay: ")
+
+
+def test_a_lucky_prefetch_probe_is_undone_once_the_loop_settles() -> None:
+    chooser = ModeChooser()
+    convoy = GilConvoy(serial=6.3 * MS, short=3 * MS, long=25 * MS, lucky=PROBE_MAX)
+    modes = run(chooser, lambda _: convoy, 400)
+    assert chooser.decisions == 2  # prefetch after the probe, then inline, once
+    assert chooser.reason.startswith("prefetching did not pay once settled: ")
+    assert modes.count(PREFETCH) <= PROBE_MAX + DRIFT_WINDOW
+    settled = modes.index(INLINE, 1 + PREFETCH_PROBE + INLINE_PROBE)
+    assert modes[settled:] == [INLINE] * (400 - settled)
+
+
+def test_a_prefetch_decision_that_keeps_paying_is_confirmed() -> None:
+    chooser = ModeChooser()
+    # Overlapping, but only a little: not a clear win, so compared with inline first.
+    loop = GilConvoy(serial=6 * MS, short=4.5 * MS, long=4.5 * MS)
+    modes = run(chooser, lambda _: loop, 400, spread=0.1, seed=3)
+    assert chooser.decisions == 1
+    assert chooser.reason.startswith("prefetching paid: ")
+    assert modes[-300:] == [PREFETCH] * 300
+
+
+@dataclass
+class PreemptedOnce(GilConvoy):
+    """A :class:`GilConvoy` whose first inline cycle another process stretched."""
+
+    _inline_made: int = field(default=0, init=False)
+
+    def inline(self) -> Cycle:
+        self._inline_made += 1
+        cycle = super().inline()
+        return cycle._replace(seconds=4 * cycle.seconds) if self._inline_made == 2 else cycle
+
+
+def test_one_disturbed_inline_cycle_does_not_decide() -> None:
+    chooser = ModeChooser()
+    # Prefetching is 3% slower on average; one inline cycle of the probe took 4x as long.
+    loop = PreemptedOnce(serial=6 * MS, short=6.2 * MS, long=6.2 * MS)
+    modes = run(chooser, lambda _: loop, 100)
+    probe_end = 1 + PREFETCH_PROBE + INLINE_PROBE_MORE
+    assert modes[1 + PREFETCH_PROBE : probe_end] == [INLINE] * INLINE_PROBE_MORE
+    assert modes[probe_end:] == [INLINE] * (100 - probe_end)
+    assert chooser.reason.startswith("prefetching did not pay: ")
 
 
 def test_a_tie_goes_to_inline() -> None:
@@ -196,7 +291,8 @@ def test_cpu_figures_are_asked_for_only_while_probing_prefetch() -> None:
 
 def test_batches_left_in_the_buffer_are_not_counted() -> None:
     chooser = ModeChooser()
-    run(chooser, lambda _: Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0), 5)
+    workers = Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0)
+    run(chooser, lambda _: workers, 1 + PREFETCH_PROBE)
     assert chooser.wanted == INLINE  # the prefetch probe is over; the inline one starts
     for _ in range(10):
         chooser.observe(Cycle(None, 1.0, 0.0))  # drained: they say nothing about inline

@@ -170,7 +170,7 @@ def test_depth_auto_and_max_bytes_count_device_bytes(backend: str) -> None:
     assert 4 * numel <= stats.peak_bytes <= 3 * 4 * numel
 
 
-def test_staging_memory_is_bounded_flat_and_given_back_over_10_epochs() -> None:
+def test_staging_memory_is_bounded_kept_flat_over_10_epochs_and_given_back() -> None:
     from dataloaderx.backends.cuda import CudaBackend
 
     api: Any = CudaBackend.device_api
@@ -178,14 +178,18 @@ def test_staging_memory_is_bounded_flat_and_given_back_over_10_epochs() -> None:
     loader = DataLoaderX(dataset, batch_size=None, backend="cuda")
     batch_bytes = dataset.numel * 4
     before = api.pinned_bytes
-    peaks = []
+    peaks, held = [], []
     for _ in range(10):
         api.peak_pinned_bytes = api.pinned_bytes
         for index, batch in enumerate(loader):
             assert int(batch.sum(dtype=torch.int64)) == dataset.checksum(index)
         peaks.append(api.peak_pinned_bytes - before)
-        assert api.pinned_bytes == before
+        held.append(api.pinned_bytes - before)
     assert max(peaks) <= (2 + 1) * batch_bytes + 3 * 4096, peaks
+    assert held[0] > 0
+    assert held == [held[0]] * 10  # the slots are reused, epoch after epoch
+    loader.prefetch_backend.close()
+    assert api.pinned_bytes == before
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 from typing import Any
 
@@ -120,15 +122,20 @@ def test_a_slot_is_reused_only_after_its_copies_event_completed() -> None:
     assert api.pinned_bytes == 0
 
 
-def test_waiting_for_a_slot_ends_when_the_pool_closes() -> None:
+@pytest.mark.parametrize(
+    ("ended_by", "message"),
+    [("closing the pool", "used after close()"), ("closing the epoch", "epoch closed")],
+)
+def test_waiting_for_a_slot_ends(ended_by: str, message: str) -> None:
     api = RecordingAccelerator()
     pool = StagingPool(api, slots=1)
     pool.stage([torch.zeros(10)])  # reserved and never released
+    epoch_closed = threading.Event()
     errors: list[BaseException] = []
 
     def wait() -> None:
         try:
-            pool.stage([torch.zeros(10)])
+            pool.stage([torch.zeros(10)], stop=epoch_closed.is_set)
         except RuntimeError as exc:
             errors.append(exc)
 
@@ -136,22 +143,55 @@ def test_waiting_for_a_slot_ends_when_the_pool_closes() -> None:
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive()
-    pool.close()
+    if ended_by == "closing the pool":
+        pool.close()
+    else:
+        epoch_closed.set()
     waiter.join(5)
     assert not waiter.is_alive()
-    assert "used after close()" in str(errors[0])
+    assert message in str(errors[0])
+    pool.close()
 
 
-def test_pinned_memory_is_bounded_by_depth_plus_one_batches_and_given_back(
+def test_pinned_memory_is_bounded_by_depth_plus_one_batches_and_kept_across_epochs(
     fake: RecordingAccelerator,
 ) -> None:
     loader = DataLoaderX(RangeDataset(64), batch_size=8, backend=THREADED)
-    batch_bytes = 8 * 8  # eight int64 indices
+    slot_bytes = max(4096, 8 * 8)  # eight int64 indices, in whole pages
     for _ in range(3):
         assert_same(list(loader), list(DataLoader(RangeDataset(64), batch_size=8)))
-        assert fake.pinned_bytes == 0
-    assert 0 < fake.peak_pinned_bytes <= (2 + 1) * max(4096, batch_bytes)
-    assert len(fake.ops("pin_buffer")) <= 3 * 3  # per epoch: at most depth + 1 slots
+        assert 0 < fake.pinned_bytes <= (2 + 1) * slot_bytes
+    assert fake.peak_pinned_bytes <= (2 + 1) * slot_bytes
+    assert len(fake.ops("pin_buffer")) <= 2 + 1  # later epochs reuse the first one's slots
+    loader.prefetch_backend.close()
+    assert fake.pinned_bytes == 0
+    loader.prefetch_backend.close()  # twice is fine
+    assert_same(list(loader), list(DataLoader(RangeDataset(64), batch_size=8)))
+    assert fake.pinned_bytes > 0  # the next epoch pinned new slots
+
+
+def test_pinned_memory_is_given_back_when_the_loader_is_collected(
+    fake: RecordingAccelerator,
+) -> None:
+    loader = DataLoaderX(RangeDataset(64), batch_size=8, backend=THREADED)
+    list(loader)
+    assert fake.pinned_bytes > 0
+    del loader
+    gc.collect()
+    assert fake.pinned_bytes == 0
+
+
+def test_a_forked_child_never_gives_back_the_parents_pinned_memory(
+    fake: RecordingAccelerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = CudaBackend(adaptive=False)
+    pool = backend.staging_pool(torch.device("privateuseone", 0))
+    slot, _, _ = pool.stage([torch.zeros(10)])
+    pool.release(slot)
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # as seen from a forked child
+    backend.close()
+    assert fake.pinned_bytes > 0
+    assert not fake.ops("unpin_buffer")
 
 
 def test_a_batch_that_outgrows_its_slot_replaces_it(fake: RecordingAccelerator) -> None:

@@ -150,6 +150,8 @@ class AdaptiveStream(Generic[T]):
         self._last_cpu = 0.0
         self._first = True
         self._latest_usage: Callable[[], BufferUsage] | None = None
+        #: The policy's ``probing`` as of the last batch (the source is timed while true).
+        self._probing = False
         self.mode_log = ModeLog(policy)
         policy.start_epoch()
         self._follow_policy()
@@ -215,7 +217,8 @@ class AdaptiveStream(Generic[T]):
         log.mode = made
         last = self._last_end
         self._last_end = end
-        if policy.probing:
+        probing = self._probing
+        if probing:
             cpu = thread_time() - self._last_cpu
             produced = self._source.take_produced()
         else:
@@ -226,21 +229,27 @@ class AdaptiveStream(Generic[T]):
         elif last is not None:
             policy.observe(Cycle(mode, end - last, end - start, cpu, produced))
         self._follow_policy()
-        if policy.probing:
+        if self._probing:
             self._last_cpu = thread_time()
 
     def _follow_policy(self) -> None:
         """Start or stop the producer thread to match the policy."""
-        wanted = self._policy.wanted
-        source = self._source
-        source.timing = self._policy.probing
-        if not source.timing:
-            source.produced.clear()
-        if wanted == PREFETCH and self._threaded is None:
-            self._threaded = self._start_thread(source)
-            self._latest_usage = getattr(self._threaded, "buffer_usage", None)
-        elif wanted == INLINE and self._threaded is not None:
-            source.pause = True  # the producer stops after the batch it is making
+        policy = self._policy
+        probing = policy.probing
+        if probing is not self._probing:
+            self._probing = probing
+            source = self._source
+            source.timing = probing
+            if not probing:
+                source.produced.clear()
+        wanted = policy.wanted
+        threaded = self._threaded
+        if threaded is None:
+            if wanted == PREFETCH:
+                self._threaded = threaded = self._start_thread(self._source)
+                self._latest_usage = getattr(threaded, "buffer_usage", None)
+        elif wanted == INLINE:
+            self._source.pause = True  # the producer stops after the batch it is making
 
     def close(self) -> None:
         """Stop the producer thread, if one runs; safe to call twice."""

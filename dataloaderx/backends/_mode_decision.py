@@ -13,26 +13,40 @@ How it decides, for a fresh loader:
    started before anything is known.
 2. **Prefetch probe.** The next :data:`PREFETCH_PROBE` batches (more while their cycles
    add up to less than :data:`PROBE_SECONDS`, at most :data:`PROBE_MAX`) are prefetched.
-   Each cycle
-   is split into the consumer's wait inside ``next()`` and its step (the rest), and the
-   producer reports the wall and CPU time of each ``next(source)``. If the consumer hardly
-   waited (the producer kept up) and the cycle is clearly shorter than a lower bound of
-   the inline cycle, prefetching wins without trying inline. The lower bound is
-   ``step + produce - (CPU time of both threads)``: run one after the other, the two take
-   at least their wall times, except for the time each spent waiting for the other to
-   release the GIL, and that is at most the other's CPU time.
+   Each cycle is split into the consumer's wait inside ``next()`` and its step (the
+   rest), and the producer reports the wall and CPU time of each ``next(source)``. If the
+   consumer hardly waited (the producer kept up) and the mean cycle is clearly shorter
+   than a lower bound of the inline cycle, prefetching wins without trying inline. The
+   lower bound is ``step + produce - (CPU time of both threads)``: run one after the
+   other, the two take at least their wall times, except for the time each spent waiting
+   for the other to release the GIL, and that is at most the other's CPU time.
 3. **Inline probe**, only otherwise. A batch made inline costs a little at most here,
-   because prefetching did not clearly win. After :data:`INLINE_PROBE` inline cycles (or
-   more, by the same rule), the mode with the lower median cycle is kept; a tie within
-   :data:`TIE_MARGIN` goes to inline, which is exactly ``DataLoader``.
+   because prefetching did not clearly win. After :data:`INLINE_PROBE` inline cycles
+   (:data:`INLINE_PROBE_MORE` when those differ by more than :data:`STEADY_SPREAD` or
+   prefetching does not beat them by :data:`CLOSE_CALL`; more, by the rule above, when
+   they are short), prefetching is kept only if its mean cycle beats the median inline
+   cycle by more than :data:`TIE_MARGIN` and by more than the inline cycles' own spread
+   (their interquartile range); otherwise inline, which is exactly ``DataLoader``.
+4. **Confirmation**, only after step 3 chose prefetching: the mean of the first full
+   window of :data:`DRIFT_WINDOW` prefetched cycles is compared, as in step 3, with
+   inline cycles made right after it; if it no longer wins, the loader goes inline.
+   Once per decision. Both sides of this comparison are measured within a few batches
+   of each other, so that a machine whose speed drifts (other jobs on it) moves both.
+
+Why the mean for prefetched cycles and the median for inline ones: throughput is the
+mean, and two threads fighting for the GIL make prefetched cycles bimodal (a few
+milliseconds while the buffer holds a batch, then one long wait for the GIL's switch
+interval), so their median can be half their mean. Inline cycles are steady; their median
+ignores the odd preemption by another process. Both choices lean towards inline, the
+side on which the loader can never be slower than ``DataLoader``.
 
 The decision is kept across epochs (a backend instance lives as long as its loader), and
 re-checked when the cycle drifts: when the median of the last :data:`DRIFT_WINDOW` cycles
 moves by more than :data:`DRIFT_FACTOR` (and :data:`DRIFT_MIN_SECONDS`), at two checks in
-a row, from the median
-of the first full window after the decision (a new epoch with a different cost, a change
-of step time). A re-check from inline only probes
-prefetch (the recent inline cycles are the comparison); from prefetch it runs steps 2-3.
+a row, from the median of the first full window after the decision (a new epoch with a
+different cost, a change of step time). A re-check runs steps 2-4 again, so that the two
+modes are measured next to each other in time: a machine whose speed drifts (other
+jobs on it) then moves both alike.
 Each re-check doubles the number of batches that must pass before the next one may
 start, so a cost that keeps changing cannot make the modes oscillate.
 """
@@ -49,6 +63,7 @@ __all__ = [
     "DRIFT_WINDOW",
     "INLINE",
     "INLINE_PROBE",
+    "INLINE_PROBE_MORE",
     "PREFETCH",
     "PREFETCH_PROBE",
     "Cycle",
@@ -61,16 +76,24 @@ Mode = Literal["prefetch", "inline"]
 PREFETCH: Final = "prefetch"
 INLINE: Final = "inline"
 
-#: Prefetched cycles measured before deciding (at least).
-PREFETCH_PROBE: Final = 4
-#: Inline cycles measured when prefetching did not clearly win (at least).
+#: Prefetched cycles measured before deciding (at least): enough for their mean to span
+#: a few rounds of the GIL's switch interval.
+PREFETCH_PROBE: Final = 8
+#: Inline cycles measured when prefetching did not clearly win (at least) ...
 INLINE_PROBE: Final = 2
+#: ... or this many when the comparison is close or those first ones were not steady:
+#: a batch made inline costs nothing next to ``DataLoader``, and a close call needs more.
+INLINE_PROBE_MORE: Final = 8
+#: Inline cycles are steady when the longest is at most this fraction above the shortest.
+STEADY_SPREAD: Final = 0.1
+#: The comparison is close unless prefetching's mean cycle is this fraction shorter.
+CLOSE_CALL: Final = 0.15
 #: A probe also goes on until its cycles add up to this many seconds, so that short,
 #: noisy cycles are judged on more of them; a batch costs little there ...
 PROBE_SECONDS: Final = 0.003
 #: ... up to this many cycles (for batches of microseconds, the probe's cost is the
 #: hand-off of these few batches).
-PROBE_MAX: Final = 12
+PROBE_MAX: Final = 16
 #: Prefetching clearly wins when its cycle is at most this fraction of the inline bound.
 CLEAR_WIN: Final = 0.9
 #: ... and the consumer waited at most this fraction of the cycle (the producer kept up).
@@ -133,6 +156,14 @@ def _enough(cycles: Sequence[object], least: int, seconds: float) -> bool:
     return count >= PROBE_MAX or (count >= least and seconds >= PROBE_SECONDS)
 
 
+def _spread(cycles: Sequence[float]) -> float:
+    """How far apart the middle half of ``cycles`` lies, as a fraction of their median."""
+    ordered = sorted(cycles)
+    quarter = len(ordered) // 4
+    middle = ordered[quarter : len(ordered) - quarter]
+    return (middle[-1] - middle[0]) / statistics.median(ordered)
+
+
 def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.3g} ms"
 
@@ -154,6 +185,13 @@ class ModeChooser:
         self._window: deque[float] = deque(maxlen=DRIFT_WINDOW)
         #: Median cycle of the first full window after a decision: the steady state.
         self._reference: float | None = None
+        #: Mean prefetched cycle the inline probe is compared with.
+        self._prefetch_mean = 0.0
+        #: A compared prefetch decision whose first settled window is still to be
+        #: confirmed against inline cycles made right after it ...
+        self._unconfirmed = False
+        #: ... and the inline probe of that confirmation is running.
+        self._confirming = False
         self._gap = FIRST_RECHECK_GAP
         self._drifted = False
         self._since_decision = 0
@@ -211,23 +249,25 @@ class ModeChooser:
             if _enough(self._prefetched, PREFETCH_PROBE, self._prefetch_seconds):
                 self._after_prefetch_probe()
         else:
-            self._inline.append(cycle.seconds)
-            if _enough(self._inline, INLINE_PROBE, sum(self._inline)):
-                self._compare(statistics.median(self._inline))
+            inline = self._inline
+            inline.append(cycle.seconds)
+            median = statistics.median(inline)
+            clear = max(inline) <= (1 + STEADY_SPREAD) * min(inline) and (
+                self._prefetch_mean <= (1 - CLOSE_CALL) * median
+            )
+            least = INLINE_PROBE if clear else INLINE_PROBE_MORE
+            if _enough(inline, least, sum(inline)):
+                self._compare(median, _spread(inline))
 
     def _after_prefetch_probe(self) -> None:
         cycles = self._prefetched
-        seconds = statistics.median(c.seconds for c in cycles)
-        wait = statistics.median(c.wait for c in cycles)
-        if self._inline:
-            # A re-check from inline: the recent inline cycles are the comparison.
-            self._compare(statistics.median(self._inline))
-            return
+        seconds = statistics.fmean(c.seconds for c in cycles)
+        wait = statistics.fmean(c.wait for c in cycles)
         if self._produced and wait <= KEPT_UP * seconds:
-            step = statistics.median(c.seconds - c.wait for c in cycles)
-            step_cpu = statistics.median(c.cpu for c in cycles)
-            produce = statistics.median(wall for wall, _ in self._produced)
-            produce_cpu = statistics.median(cpu for _, cpu in self._produced)
+            step = seconds - wait
+            step_cpu = statistics.fmean(c.cpu for c in cycles)
+            produce = statistics.fmean(wall for wall, _ in self._produced)
+            produce_cpu = statistics.fmean(cpu for _, cpu in self._produced)
             bound = step + produce - step_cpu - produce_cpu
             if seconds <= CLEAR_WIN * bound:
                 self._decide(
@@ -236,15 +276,29 @@ class ModeChooser:
                     f"at least {_ms(bound)} one after the other",
                 )
                 return
+        self._prefetch_mean = seconds
         self._probe = INLINE
 
-    def _compare(self, inline: float) -> None:
-        prefetch = statistics.median(c.seconds for c in self._prefetched)
-        if prefetch < (1 - TIE_MARGIN) * inline:
+    def _compare(self, inline: float, spread: float) -> None:
+        prefetch = self._prefetch_mean
+        pays = prefetch < (1 - max(TIE_MARGIN, spread)) * inline
+        if self._confirming:
+            self._confirming = False
+            if pays:  # confirmed: prefetching goes on, as decided
+                self._probe = None
+                self._inline = []
+            else:
+                self._decide(
+                    INLINE,
+                    f"prefetching did not pay once settled: {_ms(prefetch)} per batch "
+                    f"with a producer thread, {_ms(inline)} made inline",
+                )
+        elif pays:
             self._decide(
                 PREFETCH,
                 f"prefetching paid: {_ms(prefetch)} per batch, {_ms(inline)} made inline",
             )
+            self._unconfirmed = True
         else:
             self._decide(
                 INLINE,
@@ -256,6 +310,8 @@ class ModeChooser:
         self._mode = mode
         self._reason = reason
         self._reference = None
+        self._unconfirmed = False
+        self._confirming = False
         self._prefetch_seconds = 0.0
         self._decided = True
         self._probe = None
@@ -266,6 +322,16 @@ class ModeChooser:
         self._since_decision = 0
         self._drifted = False
         self.decisions += 1
+
+    def _start_confirmation(self, settled: float) -> None:
+        """Compare the settled prefetched cycle with inline cycles made right now."""
+        self._unconfirmed = False
+        self._confirming = True
+        self._prefetch_mean = settled
+        self._inline = []
+        self._window.clear()
+        self._since_decision = 0
+        self._probe = INLINE
 
     def _watch_drift(self, seconds: float) -> None:
         self._since_decision += 1
@@ -281,7 +347,10 @@ class ModeChooser:
         if reference is None:
             # Measured in the chosen mode once it settled, not during the probe (a
             # worker queue filled while prefetching makes the first inline batches fast).
-            self._reference = median
+            if self._unconfirmed:
+                self._start_confirmation(statistics.fmean(window))
+            else:
+                self._reference = median
             return
         if since < self._gap:
             return
@@ -296,8 +365,5 @@ class ModeChooser:
         self._drifted = False
         self._gap *= 2
         self.rechecks += 1
-        if self._mode == INLINE:
-            # The newest half: the median moved, so they are all past the change.
-            self._inline = list(window)[DRIFT_WINDOW // 2 :]
         self._window.clear()
         self._probe = PREFETCH

@@ -18,12 +18,13 @@ Consumer thread (``handout`` per batch, just before the batch is returned):
    allocator, which only knows the side stream the memory was allocated on, does not
    reuse the memory before the consumer's work on it has run.
 
-``close`` (after the producer thread has ended) stops the copy threads and gives the
-staging memory back.
+``close`` (after the producer thread has ended) stops the copy threads and ends any
+wait for a staging slot. The staging pool belongs to the backend and outlives the epoch.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,7 @@ class StreamCopier:
         transform: Callable[[Any], Any] | None,
         memory_format: torch.memory_format | None,
         pin_threads: int,
-        staging_slots: int,
+        staging: StagingPool,
         thread_name: str,
     ) -> None:
         self._api = api
@@ -71,7 +72,8 @@ class StreamCopier:
         self._transform = transform
         self._memory_format = memory_format
         self._stream: Any = None
-        self._staging = StagingPool(api, slots=staging_slots)
+        self._staging = staging
+        self._closed = threading.Event()
         self._copy_threads = CopyThreads(pin_threads, name=thread_name)
 
     def start(self) -> None:
@@ -100,7 +102,7 @@ class StreamCopier:
         pageable = self._pageable(batch)
         if not pageable:
             return self._enqueue(batch, {})
-        slot, views, segments = self._staging.stage(pageable)
+        slot, views, segments = self._staging.stage(pageable, stop=self._closed.is_set)
         try:
             self._copy_threads.copy(segments)
             ready = self._enqueue(batch, {id(t): v for t, v in zip(pageable, views, strict=True)})
@@ -166,8 +168,6 @@ class StreamCopier:
         return ready.batch
 
     def close(self) -> None:
-        """Stop the copy threads and give the staging memory back; safe to call twice."""
-        try:
-            self._copy_threads.close()
-        finally:
-            self._staging.close()
+        """Stop the copy threads and any wait for a staging slot; safe to call twice."""
+        self._closed.set()
+        self._copy_threads.close()

@@ -105,6 +105,10 @@ class AutoBackend(CopyOptionAttributes, Backend):
     def pins_host_memory(self) -> bool:
         return self._cuda is not None
 
+    def close(self) -> None:
+        if self._cuda is not None:
+            self._cuda.close()
+
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         if self._cuda is not None:
             return self._cuda.open(source)

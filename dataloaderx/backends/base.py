@@ -80,6 +80,14 @@ class Backend(abc.ABC):
         """
         return False
 
+    def close(self) -> None:
+        """Give back what the backend keeps from one epoch to the next; safe to call twice.
+
+        For example the ``cuda`` backend's pinned staging memory. The next epoch makes
+        it again. The default keeps nothing.
+        """
+        return
+
     @abc.abstractmethod
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         """Start prefetching from ``source`` and return the epoch's stream.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -21,6 +23,7 @@ from dataloaderx.backends._device_options import (
     check_copy_options,
 )
 from dataloaderx.backends._engine import start_thread_stream
+from dataloaderx.backends._staging import StagingPool
 from dataloaderx.backends._stream_copy import StreamCopier
 from dataloaderx.backends.base import Backend, BatchStream, check_bool
 from dataloaderx.registry import register_backend
@@ -47,6 +50,12 @@ def _noting_size(policy: SmallBatchesOnly, prepare: Callable[[Any], R]) -> Calla
     return noted
 
 
+def _close_pool(pool: StagingPool, owner_pid: int) -> None:
+    """Give ``pool``'s memory back, in the process that page-locked it only."""
+    if os.getpid() == owner_pid:  # a forked worker must not touch the device
+        pool.close()
+
+
 @register_backend("cuda", aliases=("cuda_stream",))
 class CudaBackend(CopyOptionAttributes, Backend):
     """Pin and copy batches to the device on a side stream, ``depth`` batches ahead.
@@ -62,6 +71,10 @@ class CudaBackend(CopyOptionAttributes, Backend):
     thread instead, on its current stream). The backend pins batches itself, so a loader's
     ``pin_memory=True`` does not start DataLoader's own pin-memory thread. See
     ``docs/cuda.md``.
+
+    The pinned staging memory (at most ``depth + 1`` batches per device) is kept from one
+    epoch to the next and given back by :meth:`close` or when the backend (its loader)
+    is garbage collected.
     """
 
     #: The accelerator operations the backend uses; tests substitute a recording fake.
@@ -103,6 +116,8 @@ class CudaBackend(CopyOptionAttributes, Backend):
     def _init_runtime_state(self) -> None:
         self._api = type(self).device_api
         self._streams: dict[torch.device, Any] = {}
+        #: Per device: the staging pool, and the finaliser that closes it with the backend.
+        self._staging: dict[torch.device, tuple[StagingPool, weakref.finalize[Any, Any]]] = {}
         self._lock = threading.Lock()
         self._policy = SmallBatchesOnly(_adaptive.new_policy()) if self.adaptive else None
 
@@ -135,6 +150,29 @@ class CudaBackend(CopyOptionAttributes, Backend):
                 stream = self._streams[device] = self._api.new_stream(device)
             return stream
 
+    def staging_pool(self, device: torch.device) -> StagingPool:
+        """The loader's pinned staging memory for ``device``, kept across epochs."""
+        with self._lock:
+            held = self._staging.get(device)
+            if held is None:
+                pool = StagingPool(self._api, slots=self._deepest() + 1)
+                held = self._staging[device] = (
+                    pool,
+                    weakref.finalize(self, _close_pool, pool, os.getpid()),
+                )
+            return held[0]
+
+    def close(self) -> None:
+        """Give back the pinned staging memory kept between epochs; safe to call twice.
+
+        Call it between epochs (an epoch still running fails on its next batch). The next
+        epoch page-locks new memory.
+        """
+        with self._lock:
+            held, self._staging = list(self._staging.values()), {}
+        for _pool, release in held:
+            release()
+
     def pins_host_memory(self) -> bool:
         return True
 
@@ -145,15 +183,16 @@ class CudaBackend(CopyOptionAttributes, Backend):
         return self.max_depth or DEFAULT_MAX_DEPTH
 
     def open(self, source: Iterator[T]) -> BatchStream[T]:
+        device = self.target_device()
         copier = StreamCopier(
             self._api,
-            self.target_device(),
+            device,
             self.side_stream,
             non_blocking=self.non_blocking,
             transform=self.transform,
             memory_format=self.memory_format,
             pin_threads=self.pin_threads or auto_pin_threads(),
-            staging_slots=self._deepest() + 1,
+            staging=self.staging_pool(device),
             thread_name=f"dataloaderx-{self.name}-pin",
         )
         options: dict[str, Any] = {
