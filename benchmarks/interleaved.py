@@ -68,14 +68,14 @@ def main() -> None:
     first_epochs: list[str] = []
     for case, (factories, step) in cases.items():
         baseline = factories[bench.BASELINE]()
-        for name in INTERLEAVED:
-            if name not in factories:
-                continue
-            loader = factories[name]()
-            bench.time_epoch(loader, step)
-            stats = getattr(loader, "stats", None)
-            if stats is not None and stats.mode is not None:
-                first_epochs.append(f"{case}, {name}, first epoch: {stats.mode}")
+        loaders = bench.kept_loaders(
+            {name: factories[name] for name in INTERLEAVED if name in factories},
+            lambda loader, s=step: bench.time_epoch(loader, s),
+            case,
+            first_epochs,
+        )
+        for name, kept in loaders.items():
+            loader = kept()
             ratios = []
             threaded = 0
             for epoch in range(args.repeats):

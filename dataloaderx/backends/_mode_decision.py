@@ -261,7 +261,7 @@ class ModeChooser:
 
     def _after_prefetch_probe(self) -> None:
         cycles = self._prefetched
-        seconds = statistics.fmean(c.seconds for c in cycles)
+        seconds = self._prefetch_seconds / len(cycles)
         wait = statistics.fmean(c.wait for c in cycles)
         if self._produced and wait <= KEPT_UP * seconds:
             step = seconds - wait
