@@ -11,7 +11,7 @@ import argparse
 import platform
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -56,9 +56,17 @@ def backend_spec(
 
 
 def contestants(
-    dataset: Any, *, depth: int = 2, always_prefetch: bool = False, **kwargs: Any
+    dataset: Any,
+    *,
+    depth: int = 2,
+    always_prefetch: bool = False,
+    only: Sequence[str] | None = None,
+    **kwargs: Any,
 ) -> dict[str, LoaderFactory]:
-    """Factories for DataLoader, the naive pattern and every backend, same arguments."""
+    """Factories for DataLoader, the naive pattern and every backend, same arguments.
+
+    With ``only``, DataLoader and the contestants named there (``--only``).
+    """
 
     def naive() -> Iterable[Any]:
         loader = NaiveBackgroundLoader(dataset, **kwargs)
@@ -72,7 +80,12 @@ def contestants(
     for name in available_backends():
         spec = backend_spec(name, depth, always_prefetch=always_prefetch)
         found[name] = lambda spec=spec: DataLoaderX(dataset, backend=spec, **kwargs)
-    return found
+    if only is None:
+        return found
+    unknown = sorted(set(only) - set(found))
+    if unknown:
+        raise SystemExit(f"--only: no contestant named {unknown!r}; choose from {list(found)!r}")
+    return {name: factory for name, factory in found.items() if name == BASELINE or name in only}
 
 
 def time_epoch(loader: Iterable[Any], step: Callable[[Any], object] | None = None) -> float:
@@ -145,10 +158,17 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def parser(description: str, loaders: str | None = None) -> argparse.ArgumentParser:
-    """The common options; with ``loaders``, also ``--loaders`` with that default."""
+def parser(
+    description: str, loaders: str | None = None, *, selectable: bool = False
+) -> argparse.ArgumentParser:
+    """The common options; with ``loaders``, also ``--loaders`` with that default; when
+    ``selectable``, also ``--only`` (pass ``args.only`` to :func:`contestants`)."""
     result = argparse.ArgumentParser(description=description)
     result.add_argument("--repeats", type=int, default=3, help="runs per contestant (median)")
+    if selectable:
+        result.add_argument(
+            "--only", nargs="+", metavar="NAME", help="time DataLoader and these contestants only"
+        )
     if loaders is not None:
         result.add_argument(
             "--loaders",

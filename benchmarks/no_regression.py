@@ -54,23 +54,39 @@ def python_step(batch: Any) -> None:
     spin(60_000)
 
 
+CASES = (
+    "num_workers=2, fast step",
+    "num_workers=2, tiny tensors, no step",
+    "pure Python, GIL-bound",
+)
+
+
 def main() -> None:
-    args = bench.parser(__doc__ or "", loaders="kept").parse_args()
+    arguments = bench.parser(__doc__ or "", loaders="kept", selectable=True)
+    arguments.add_argument(
+        "--case", action="append", choices=CASES, help="run only this case (repeatable)"
+    )
+    args = arguments.parse_args()
     bench.print_machine()
     cases = {
-        "num_workers=2, fast step": (
-            bench.contestants(SyntheticImages(640), batch_size=16, num_workers=2),
+        CASES[0]: (
+            bench.contestants(SyntheticImages(640), batch_size=16, num_workers=2, only=args.only),
             None,
         ),
-        "num_workers=2, tiny tensors, no step": (
-            bench.contestants(TinyTensors(), batch_size=8, num_workers=2),
+        CASES[1]: (
+            bench.contestants(TinyTensors(), batch_size=8, num_workers=2, only=args.only),
             None,
         ),
-        "pure Python, GIL-bound": (bench.contestants(PythonBound(), batch_size=10), python_step),
+        CASES[2]: (
+            bench.contestants(PythonBound(), batch_size=10, only=args.only),
+            python_step,
+        ),
     }
     rows: list[list[str]] = []
     first_epochs: list[str] = []
     for case, (factories, step) in cases.items():
+        if args.case and case not in args.case:
+            continue
         modes: dict[str, list[str]] = {}
         if args.loaders == "kept":
             factories = bench.kept_loaders(

@@ -4,7 +4,8 @@ efficiency = ideal / measured, ideal = n * max(L, C) + min(L, C), with L and C t
 durations the sleeps actually took in that run (a loaded machine oversleeps). Target:
 >= 0.97 for ``thread`` and ``background`` at L/C in {0.25, 1, 4}. ``--loaders new`` (the
 default) builds a new loader for every run, so that each run pays for the adaptive
-decision; ``--loaders kept`` times later epochs of one loader per contestant.
+decision; ``--loaders kept`` times later epochs of one loader per contestant. An epoch
+has 40 batches unless ``--batches`` says otherwise.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ class Sleepy(Dataset[int]):
 
 
 def main() -> None:
-    args = bench.parser(__doc__ or "", loaders="new").parse_args()
+    arguments = bench.parser(__doc__ or "", loaders="new", selectable=True)
+    arguments.add_argument("--batches", type=int, default=BATCHES, help="batches per epoch")
+    args = arguments.parse_args()
+    batches = args.batches
     bench.print_machine()
     rows: list[list[str]] = []
     names: list[str] = []
@@ -61,9 +65,11 @@ def main() -> None:
             measured = bench.time_epoch(loader, step)
             cost_l = sum(produced) / len(produced)
             cost_c = sum(consumed) / len(consumed)
-            return (BATCHES * max(cost_l, cost_c) + min(cost_l, cost_c)) / measured
+            return (batches * max(cost_l, cost_c) + min(cost_l, cost_c)) / measured
 
-        factories = bench.contestants(Sleepy(BATCHES, produce, produced), batch_size=None)
+        factories = bench.contestants(
+            Sleepy(batches, produce, produced), batch_size=None, only=args.only
+        )
         if args.loaders == "kept":
             factories = bench.kept_loaders(factories, efficiency, f"L/C {ratio:g}", first_epochs)
         names = list(factories)

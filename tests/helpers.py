@@ -270,6 +270,8 @@ class SwitchingPolicy:
         self.pattern = pattern
         self.index = 0
         self.observed: list[Any] = []
+        #: ``helper_processes`` as given to each :meth:`start_epoch`.
+        self.helper_processes: list[bool] = []
 
     @property
     def wanted(self) -> Any:
@@ -283,8 +285,9 @@ class SwitchingPolicy:
     def reason(self) -> str:
         return "scripted"
 
-    def start_epoch(self) -> None:
+    def start_epoch(self, *, helper_processes: bool = True) -> None:
         self.index = 0
+        self.helper_processes.append(helper_processes)
 
     def observe(self, cycle: Any) -> None:
         self.observed.append(cycle)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dataloaderx.backends._mode_decision import (
+    CLEAR_LOSS_AFTER,
     DRIFT_WINDOW,
     INLINE,
     INLINE_PROBE,
@@ -105,11 +106,12 @@ def run(
     start: int = 0,
     spread: float = 0.0,
     seed: int = 0,
+    helper_processes: bool = True,
 ) -> list[Mode]:
     """Feed ``batches`` cycles of one epoch; return the mode each batch was made in."""
     rng = random.Random(seed)
     modes: list[Mode] = []
-    chooser.start_epoch()
+    chooser.start_epoch(helper_processes=helper_processes)
     for index in range(start, start + batches):
         mode = chooser.wanted
         modes.append(mode)
@@ -129,8 +131,29 @@ def test_slow_fetch_with_a_gpu_like_step_prefetches_without_trying_inline() -> N
     assert chooser.reason.startswith("making batches overlapped the step: ")
 
 
+def test_slow_fetch_made_in_this_process_prefetches_without_trying_inline() -> None:
+    chooser = ModeChooser()
+    # The consumer waits for every batch, but no worker process could be making them.
+    slow_fetch = Workload(step=3.75 * MS, produce=15 * MS)
+    modes = run(chooser, lambda _: slow_fetch, 80, helper_processes=False)
+    assert modes == [INLINE] + [PREFETCH] * 79
+    assert chooser.decisions == 1
+    assert chooser.reason.startswith("making batches overlapped the step: ")
+
+
+def test_workers_waited_for_during_a_fast_step_are_not_taken_for_a_clear_win() -> None:
+    chooser = ModeChooser()
+    # The producer only waits for worker processes, which work during the step inline too.
+    workers = Workload(step=3.75 * MS, produce=15 * MS, parallel=1.0)
+    modes = run(chooser, lambda _: workers, 80, helper_processes=True)
+    assert modes[1 + PREFETCH_PROBE] == INLINE  # not decided from the bound: measured
+    assert modes[-40:] == [INLINE] * 40
+    assert chooser.reason.startswith("prefetching did not pay: ")
+
+
 def test_slow_fetch_with_a_fast_step_prefetches_after_a_short_inline_probe() -> None:
     chooser = ModeChooser()
+    # Helper processes may make the batches: the waits could be theirs, so inline is tried.
     modes = run(chooser, lambda _: Workload(step=3.75 * MS, produce=15 * MS), 80)
     probe_end = 1 + PREFETCH_PROBE + INLINE_PROBE
     assert modes[1 + PREFETCH_PROBE : probe_end] == [INLINE] * INLINE_PROBE
@@ -238,6 +261,35 @@ def test_a_change_mid_run_is_re_decided_once() -> None:
     switched = modes.index(PREFETCH, 300)
     assert switched <= 300 + 2 * DRIFT_WINDOW  # noticed within two windows
     assert modes[switched:] == [PREFETCH] * (2000 - switched)  # and never flipped back
+
+
+def test_a_re_check_stops_prefetching_that_is_clearly_slower_than_inline() -> None:
+    chooser = ModeChooser()
+    before = Workload(step=0.01 * MS, produce=0.3 * MS, parallel=1.0)
+    # After the change, a producer thread fights the workers for the cores: 3x slower.
+    after = SlowerPrefetch(Workload(step=1 * MS, produce=0.3 * MS, parallel=1.0), factor=3.0)
+
+    modes = run(chooser, lambda index: before if index < 300 else after, 1000)
+    assert chooser.rechecks == 1
+    recheck = modes.index(PREFETCH, 300)
+    assert modes[recheck : recheck + CLEAR_LOSS_AFTER] == [PREFETCH] * CLEAR_LOSS_AFTER
+    assert modes[recheck + CLEAR_LOSS_AFTER :] == [INLINE] * (1000 - recheck - CLEAR_LOSS_AFTER)
+    assert chooser.reason.startswith("prefetching was clearly slower: ")
+
+
+@dataclass
+class SlowerPrefetch:
+    """``loop`` whose prefetched cycles take ``factor`` times its inline ones."""
+
+    loop: Workload
+    factor: float
+
+    def inline(self) -> Cycle:
+        return self.loop.inline()
+
+    def prefetch(self) -> Cycle:
+        seconds = self.factor * self.loop.inline().seconds
+        return Cycle(PREFETCH, seconds, seconds - self.loop.step, produced=((seconds, 0.0),))
 
 
 def test_noise_alone_never_triggers_a_re_check() -> None:

@@ -196,3 +196,17 @@ def test_auto_on_a_cpu_adapts_and_can_be_fixed() -> None:
     assert_same(list(fixed), list(DataLoader(RangeDataset(8))))
     assert fixed.stats is not None
     assert fixed.stats.mode is None
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_policy_learns_whether_worker_processes_may_make_the_batches(
+    num_workers: int,
+) -> None:
+    policy = SwitchingPolicy("PI")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_adaptive, "new_policy", lambda: policy)
+        loader = DataLoaderX(RangeDataset(12), batch_size=4, num_workers=num_workers)
+    assert_same(list(loader), list(DataLoader(RangeDataset(12), batch_size=4)))
+    # Once per stream opened (a single-process epoch opens a second one at its end).
+    assert policy.helper_processes
+    assert set(policy.helper_processes) == {num_workers > 0}

@@ -34,6 +34,7 @@ taken only while the policy probes, so the decision works with ``stats`` off too
 from __future__ import annotations
 
 import enum
+import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterator
 from time import perf_counter, thread_time
@@ -153,7 +154,8 @@ class AdaptiveStream(Generic[T]):
         #: The policy's ``probing`` as of the last batch (the source is timed while true).
         self._probing = False
         self.mode_log = ModeLog(policy)
-        policy.start_epoch()
+        # Worker processes already exist here: the iterator this reads from was made.
+        policy.start_epoch(helper_processes=bool(multiprocessing.active_children()))
         self._follow_policy()
 
     def __iter__(self) -> AdaptiveStream[T]:

@@ -54,8 +54,8 @@ class SmallBatchesOnly:
             "copy overlap the step"
         )
 
-    def start_epoch(self) -> None:
-        self._decision.start_epoch()
+    def start_epoch(self, *, helper_processes: bool = True) -> None:
+        self._decision.start_epoch(helper_processes=helper_processes)
 
     def observe(self, cycle: Cycle) -> None:
         if self.large is None:

@@ -15,11 +15,14 @@ How it decides, for a fresh loader:
    add up to less than :data:`PROBE_SECONDS`, at most :data:`PROBE_MAX`) are prefetched.
    Each cycle is split into the consumer's wait inside ``next()`` and its step (the
    rest), and the producer reports the wall and CPU time of each ``next(source)``. If the
-   consumer hardly waited (the producer kept up) and the mean cycle is clearly shorter
-   than a lower bound of the inline cycle, prefetching wins without trying inline. The
-   lower bound is ``step + produce - (CPU time of both threads)``: run one after the
-   other, the two take at least their wall times, except for the time each spent waiting
-   for the other to release the GIL, and that is at most the other's CPU time.
+   mean cycle is clearly shorter than a lower bound of the inline cycle, prefetching wins
+   without trying inline. The lower bound is ``step + produce - (CPU time of both
+   threads)``: run one after the other, the two take at least their wall times, except
+   for the time each spent waiting for the other to release the GIL, and that is at most
+   the other's CPU time. That holds when this process makes the batches. Where helper
+   processes (DataLoader workers) may make them, ``produce`` can be a wait for work they
+   do during the step in either mode; the bound is then used only when the consumer
+   hardly waited (the producer kept up).
 3. **Inline probe**, only otherwise. A batch made inline costs a little at most here,
    because prefetching did not clearly win. After :data:`INLINE_PROBE` inline cycles
    (:data:`INLINE_PROBE_MORE` when those differ by more than :data:`STEADY_SPREAD` or
@@ -48,7 +51,10 @@ different cost, a change of step time). A re-check runs steps 2-4 again, so that
 modes are measured next to each other in time: a machine whose speed drifts (other
 jobs on it) then moves both alike.
 Each re-check doubles the number of batches that must pass before the next one may
-start, so a cost that keeps changing cannot make the modes oscillate.
+start, so a cost that keeps changing cannot make the modes oscillate. A re-check of an
+inline decision already knows the new inline cycle (the window that drifted): its
+prefetch probe stops after :data:`CLEAR_LOSS_AFTER` batches, and the loader stays
+inline, when prefetching is :data:`CLEAR_LOSS` times slower than that.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ from collections.abc import Sequence
 from typing import Final, Literal, NamedTuple, Protocol
 
 __all__ = [
+    "CLEAR_LOSS",
+    "CLEAR_LOSS_AFTER",
     "DRIFT_FACTOR",
     "DRIFT_WINDOW",
     "INLINE",
@@ -96,12 +104,14 @@ PROBE_SECONDS: Final = 0.003
 PROBE_MAX: Final = 16
 #: Prefetching clearly wins when its cycle is at most this fraction of the inline bound.
 CLEAR_WIN: Final = 0.9
-#: ... and the consumer waited at most this fraction of the cycle (the producer kept up).
+#: ... and, where helper processes may make batches, the consumer waited at most this
+#: fraction of the cycle (the producer kept up).
 KEPT_UP: Final = 0.25
 #: Prefetching must beat a measured inline cycle by this fraction; ties go to inline.
 TIE_MARGIN: Final = 0.03
-#: Cycles in the window whose median is watched for drift (checked every half window).
-DRIFT_WINDOW: Final = 16
+#: Cycles in the window whose median is watched for drift (checked every half window):
+#: enough that batches from worker processes, which arrive in bursts, keep a steady median.
+DRIFT_WINDOW: Final = 32
 #: A re-check starts when the window's median changes by more than this factor, at two
 #: checks in a row (half a window apart): worker processes deliver batches in bursts.
 DRIFT_FACTOR: Final = 2.0
@@ -110,6 +120,12 @@ DRIFT_FACTOR: Final = 2.0
 DRIFT_MIN_SECONDS: Final = 0.0002
 #: Batches that must pass after the first decision before a re-check may start.
 FIRST_RECHECK_GAP: Final = 4 * DRIFT_WINDOW
+#: A re-check of an inline decision stops prefetching after this many prefetched cycles
+#: ...
+CLEAR_LOSS_AFTER: Final = 4
+#: ... when their mean is this many times the inline cycle that drifted: no margin of
+#: the comparison could make up for it, and every further prefetched batch costs that.
+CLEAR_LOSS: Final = 1.5
 
 
 class Cycle(NamedTuple):
@@ -144,8 +160,12 @@ class ModePolicy(Protocol):
     def reason(self) -> str:
         """Why the current mode was chosen, in a few words."""
 
-    def start_epoch(self) -> None:
-        """A new epoch starts (its first batch is requested next)."""
+    def start_epoch(self, *, helper_processes: bool = True) -> None:
+        """A new epoch starts (its first batch is requested next).
+
+        ``helper_processes``: whether other processes (DataLoader workers) may be making
+        batches while the consumer steps, as they do in either mode.
+        """
 
     def observe(self, cycle: Cycle) -> None:
         """Account for one batch handed out."""
@@ -192,7 +212,11 @@ class ModeChooser:
         self._unconfirmed = False
         #: ... and the inline probe of that confirmation is running.
         self._confirming = False
+        #: During a re-check of an inline decision: the median inline cycle that drifted.
+        self._drifted_inline: float | None = None
         self._gap = FIRST_RECHECK_GAP
+        #: Whether worker processes may make this epoch's batches (see ``start_epoch``).
+        self._helper_processes = True
         self._drifted = False
         self._since_decision = 0
         #: How many decisions were taken (the first one included).
@@ -219,7 +243,8 @@ class ModeChooser:
         times = "once" if self.rechecks == 1 else f"{self.rechecks} times"
         return f"{self._reason}; re-checked {times} as the cost per batch drifted"
 
-    def start_epoch(self) -> None:
+    def start_epoch(self, *, helper_processes: bool = True) -> None:
+        self._helper_processes = helper_processes
         self._first_of_epoch = True
         self._window.clear()
         if not self._decided and self._probe is None:
@@ -246,6 +271,8 @@ class ModeChooser:
             self._prefetched.append(cycle)
             self._produced.extend(cycle.produced)
             self._prefetch_seconds += cycle.seconds
+            if self._clearly_lost():
+                return
             if _enough(self._prefetched, PREFETCH_PROBE, self._prefetch_seconds):
                 self._after_prefetch_probe()
         else:
@@ -259,11 +286,27 @@ class ModeChooser:
             if _enough(inline, least, sum(inline)):
                 self._compare(median, _spread(inline))
 
+    def _clearly_lost(self) -> bool:
+        """End a re-check's prefetch probe early if it is far slower than inline was."""
+        inline = self._drifted_inline
+        count = len(self._prefetched)
+        if inline is None or count < CLEAR_LOSS_AFTER:
+            return False
+        prefetch = self._prefetch_seconds / count
+        if prefetch <= CLEAR_LOSS * inline:
+            return False
+        self._decide(
+            INLINE,
+            f"prefetching was clearly slower: {_ms(prefetch)} per batch with a producer "
+            f"thread, {_ms(inline)} made inline",
+        )
+        return True
+
     def _after_prefetch_probe(self) -> None:
         cycles = self._prefetched
         seconds = self._prefetch_seconds / len(cycles)
         wait = statistics.fmean(c.wait for c in cycles)
-        if self._produced and wait <= KEPT_UP * seconds:
+        if self._produced and (wait <= KEPT_UP * seconds or not self._helper_processes):
             step = seconds - wait
             step_cpu = statistics.fmean(c.cpu for c in cycles)
             produce = statistics.fmean(wall for wall, _ in self._produced)
@@ -321,6 +364,7 @@ class ModeChooser:
         self._window.clear()
         self._since_decision = 0
         self._drifted = False
+        self._drifted_inline = None
         self.decisions += 1
 
     def _start_confirmation(self, settled: float) -> None:
@@ -365,5 +409,6 @@ class ModeChooser:
         self._drifted = False
         self._gap *= 2
         self.rechecks += 1
+        self._drifted_inline = median if self._mode == INLINE else None
         self._window.clear()
         self._probe = PREFETCH
