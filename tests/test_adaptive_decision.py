@@ -9,6 +9,7 @@ from typing import Protocol
 
 from dataloaderx.backends._mode_decision import (
     CLEAR_LOSS_AFTER,
+    CONFIRM_AFTER,
     DRIFT_WINDOW,
     INLINE,
     INLINE_PROBE,
@@ -141,6 +142,31 @@ def test_slow_fetch_made_in_this_process_prefetches_without_trying_inline() -> N
     assert chooser.reason.startswith("making batches overlapped the step: ")
 
 
+@dataclass(frozen=True)
+class PreemptedGilLoop:
+    """A GIL-bound loop on a loaded machine: 3 ms of CPU per thread and batch.
+
+    Prefetched, another process preempts the thread holding the GIL, so the other
+    thread's wait for it (in its wall time) exceeds the holder's CPU time.
+    """
+
+    def inline(self) -> Cycle:
+        return Cycle(INLINE, 6.5 * MS, 3.25 * MS)
+
+    def prefetch(self) -> Cycle:
+        return Cycle(PREFETCH, 7 * MS, 3 * MS, cpu=3 * MS, produced=((10.5 * MS, 3 * MS),))
+
+
+def test_a_busy_gil_bound_loop_stretched_by_preemption_is_not_a_clear_win() -> None:
+    chooser = ModeChooser()
+    # step + produce - CPU = 4 + 10.5 - 6 = 8.5 ms > 7 ms / 0.9: the bound alone would
+    # call it an overlap, but the threads used the CPU for 6 of the 7 ms.
+    modes = run(chooser, lambda _: PreemptedGilLoop(), 60, helper_processes=False)
+    assert modes[1 + PREFETCH_PROBE] == INLINE
+    assert modes[-30:] == [INLINE] * 30
+    assert chooser.reason.startswith("prefetching did not pay: ")
+
+
 def test_workers_waited_for_during_a_fast_step_are_not_taken_for_a_clear_win() -> None:
     chooser = ModeChooser()
     # The producer only waits for worker processes, which work during the step inline too.
@@ -158,8 +184,8 @@ def test_slow_fetch_with_a_fast_step_prefetches_after_a_short_inline_probe() -> 
     probe_end = 1 + PREFETCH_PROBE + INLINE_PROBE
     assert modes[1 + PREFETCH_PROBE : probe_end] == [INLINE] * INLINE_PROBE
     # Confirmed once it settled: its first window, then inline cycles made right after.
-    confirmed = probe_end + DRIFT_WINDOW
-    assert modes[probe_end:confirmed] == [PREFETCH] * DRIFT_WINDOW
+    confirmed = probe_end + CONFIRM_AFTER
+    assert modes[probe_end:confirmed] == [PREFETCH] * CONFIRM_AFTER
     assert modes[confirmed : confirmed + INLINE_PROBE] == [INLINE] * INLINE_PROBE
     assert modes[confirmed + INLINE_PROBE :] == [PREFETCH] * (80 - confirmed - INLINE_PROBE)
     assert chooser.decisions == 1
@@ -201,7 +227,7 @@ def test_a_lucky_prefetch_probe_is_undone_once_the_loop_settles() -> None:
     modes = run(chooser, lambda _: convoy, 400)
     assert chooser.decisions == 2  # prefetch after the probe, then inline, once
     assert chooser.reason.startswith("prefetching did not pay once settled: ")
-    assert modes.count(PREFETCH) <= PROBE_MAX + DRIFT_WINDOW
+    assert modes.count(PREFETCH) <= PROBE_MAX + CONFIRM_AFTER
     settled = modes.index(INLINE, 1 + PREFETCH_PROBE + INLINE_PROBE)
     assert modes[settled:] == [INLINE] * (400 - settled)
 

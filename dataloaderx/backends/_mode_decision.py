@@ -19,10 +19,12 @@ How it decides, for a fresh loader:
    without trying inline. The lower bound is ``step + produce - (CPU time of both
    threads)``: run one after the other, the two take at least their wall times, except
    for the time each spent waiting for the other to release the GIL, and that is at most
-   the other's CPU time. That holds when this process makes the batches. Where helper
-   processes (DataLoader workers) may make them, ``produce`` can be a wait for work they
-   do during the step in either mode; the bound is then used only when the consumer
-   hardly waited (the producer kept up).
+   the other's CPU time (unless another process preempts the thread holding the GIL).
+   The bound is trusted when the consumer hardly waited (:data:`KEPT_UP`: the producer
+   kept up), or when no helper process (DataLoader worker) can be making batches and
+   both threads were mostly idle (:data:`MOSTLY_IDLE`: waiting on I/O, sleeps or a
+   device, which a thread does overlap). Where workers may make batches, ``produce`` can
+   be a wait for work they do during the step in either mode.
 3. **Inline probe**, only otherwise. A batch made inline costs a little at most here,
    because prefetching did not clearly win. After :data:`INLINE_PROBE` inline cycles
    (:data:`INLINE_PROBE_MORE` when those differ by more than :data:`STEADY_SPREAD` or
@@ -30,8 +32,8 @@ How it decides, for a fresh loader:
    they are short), prefetching is kept only if its mean cycle beats the median inline
    cycle by more than :data:`TIE_MARGIN` and by more than the inline cycles' own spread
    (their interquartile range); otherwise inline, which is exactly ``DataLoader``.
-4. **Confirmation**, only after step 3 chose prefetching: the mean of the first full
-   window of :data:`DRIFT_WINDOW` prefetched cycles is compared, as in step 3, with
+4. **Confirmation**, only after step 3 chose prefetching: the mean of the first
+   :data:`CONFIRM_AFTER` prefetched cycles is compared, as in step 3, with
    inline cycles made right after it; if it no longer wins, the loader goes inline.
    Once per decision. Both sides of this comparison are measured within a few batches
    of each other, so that a machine whose speed drifts (other jobs on it) moves both.
@@ -67,6 +69,7 @@ from typing import Final, Literal, NamedTuple, Protocol
 __all__ = [
     "CLEAR_LOSS",
     "CLEAR_LOSS_AFTER",
+    "CONFIRM_AFTER",
     "DRIFT_FACTOR",
     "DRIFT_WINDOW",
     "INLINE",
@@ -104,9 +107,15 @@ PROBE_SECONDS: Final = 0.003
 PROBE_MAX: Final = 16
 #: Prefetching clearly wins when its cycle is at most this fraction of the inline bound.
 CLEAR_WIN: Final = 0.9
-#: ... and, where helper processes may make batches, the consumer waited at most this
-#: fraction of the cycle (the producer kept up).
+#: ... and the consumer waited at most this fraction of the cycle (the producer kept up)
+#: ...
 KEPT_UP: Final = 0.25
+#: ... or, where no helper process can make batches, both threads together used the CPU
+#: for at most this fraction of the cycle: the rest was I/O, sleeps or device waits.
+#: (Another process that preempts a thread holding the GIL stretches the other
+#: thread's wait for it beyond that CPU time, so a busy GIL-bound loop on a loaded
+#: machine could otherwise pass for an overlap.)
+MOSTLY_IDLE: Final = 0.5
 #: Prefetching must beat a measured inline cycle by this fraction; ties go to inline.
 TIE_MARGIN: Final = 0.03
 #: Cycles in the window whose median is watched for drift (checked every half window):
@@ -118,6 +127,8 @@ DRIFT_FACTOR: Final = 2.0
 #: ... and by more than this many seconds: about what starting and stopping a producer
 #: thread costs, so a smaller drift cannot pay for a re-check.
 DRIFT_MIN_SECONDS: Final = 0.0002
+#: Prefetched cycles whose mean a compared prefetch decision is confirmed with.
+CONFIRM_AFTER: Final = 16
 #: Batches that must pass after the first decision before a re-check may start.
 FIRST_RECHECK_GAP: Final = 4 * DRIFT_WINDOW
 #: A re-check of an inline decision stops prefetching after this many prefetched cycles
@@ -306,13 +317,16 @@ class ModeChooser:
         cycles = self._prefetched
         seconds = self._prefetch_seconds / len(cycles)
         wait = statistics.fmean(c.wait for c in cycles)
-        if self._produced and (wait <= KEPT_UP * seconds or not self._helper_processes):
+        if self._produced:
             step = seconds - wait
             step_cpu = statistics.fmean(c.cpu for c in cycles)
             produce = statistics.fmean(wall for wall, _ in self._produced)
             produce_cpu = statistics.fmean(cpu for _, cpu in self._produced)
             bound = step + produce - step_cpu - produce_cpu
-            if seconds <= CLEAR_WIN * bound:
+            trusted = wait <= KEPT_UP * seconds or (
+                not self._helper_processes and step_cpu + produce_cpu <= MOSTLY_IDLE * seconds
+            )
+            if trusted and seconds <= CLEAR_WIN * bound:
                 self._decide(
                     PREFETCH,
                     f"making batches overlapped the step: {_ms(seconds)} per batch, "
@@ -384,6 +398,12 @@ class ModeChooser:
         # Checked every half window, which is often enough and keeps the cost per batch
         # at a few hundred nanoseconds.
         since = self._since_decision
+        if self._unconfirmed:
+            # Measured once it settled, not during the probe; confirmed soon, since until
+            # then a wrong decision costs every batch.
+            if since == CONFIRM_AFTER:
+                self._start_confirmation(statistics.fmean(window))
+            return
         if since % (DRIFT_WINDOW // 2) or len(window) < DRIFT_WINDOW:
             return
         median = statistics.median(window)
@@ -391,10 +411,7 @@ class ModeChooser:
         if reference is None:
             # Measured in the chosen mode once it settled, not during the probe (a
             # worker queue filled while prefetching makes the first inline batches fast).
-            if self._unconfirmed:
-                self._start_confirmation(statistics.fmean(window))
-            else:
-                self._reference = median
+            self._reference = median
             return
         if since < self._gap:
             return
