@@ -11,6 +11,7 @@ from dataloaderx.backends._mode_decision import (
     CLEAR_LOSS_AFTER,
     CONFIRM_AFTER,
     DRIFT_WINDOW,
+    FIRST_RECHECK_GAP,
     INLINE,
     INLINE_PROBE,
     INLINE_PROBE_MORE,
@@ -239,7 +240,24 @@ def test_a_prefetch_decision_that_keeps_paying_is_confirmed() -> None:
     modes = run(chooser, lambda _: loop, 400, spread=0.1, seed=3)
     assert chooser.decisions == 1
     assert chooser.reason.startswith("prefetching paid: ")
-    assert modes[-300:] == [PREFETCH] * 300
+    # Inline only to confirm it: after 16 settled batches, then once more 128 later.
+    assert modes[-300:].count(INLINE) <= INLINE_PROBE_MORE
+    assert modes[-40:] == [PREFETCH] * 40
+
+
+def test_a_prefetch_decision_that_stops_paying_without_a_drift_is_undone() -> None:
+    chooser = ModeChooser()
+    # A little faster prefetched for 300 batches, then 10% slower: too small a change
+    # for the drift watch (2x), found by the next confirmation.
+    paying = GilConvoy(serial=6 * MS, short=4.5 * MS, long=4.5 * MS)
+    losing = GilConvoy(serial=6 * MS, short=6.6 * MS, long=6.6 * MS)
+    modes = run(chooser, lambda index: paying if index < 300 else losing, 1000)
+    assert chooser.rechecks == 0
+    assert chooser.decisions == 2
+    assert chooser.reason.startswith("prefetching did not pay once settled: ")
+    undone = modes.index(INLINE, 300)
+    assert undone < 300 + 2 * FIRST_RECHECK_GAP + DRIFT_WINDOW
+    assert modes[undone:] == [INLINE] * (1000 - undone)
 
 
 @dataclass

@@ -35,8 +35,12 @@ How it decides, for a fresh loader:
 4. **Confirmation**, only after step 3 chose prefetching: the mean of the first
    :data:`CONFIRM_AFTER` prefetched cycles is compared, as in step 3, with
    inline cycles made right after it; if it no longer wins, the loader goes inline.
-   Once per decision. Both sides of this comparison are measured within a few batches
-   of each other, so that a machine whose speed drifts (other jobs on it) moves both.
+   Both sides of this comparison are measured within a few batches of each other, so
+   that a machine whose speed drifts (other jobs on it) moves both. Once confirmed, it
+   is confirmed again, with the mean of the latest :data:`DRIFT_WINDOW` cycles, after
+   :data:`FIRST_RECHECK_GAP` batches, then twice as many each time: the drift watch
+   below only notices a change of 2x, and a decision that two noisy comparisons got
+   wrong would otherwise stand as long as the cost holds.
 
 Why the mean for prefetched cycles and the median for inline ones: throughput is the
 mean, and two threads fighting for the GIL make prefetched cycles bimodal (a few
@@ -72,6 +76,7 @@ __all__ = [
     "CONFIRM_AFTER",
     "DRIFT_FACTOR",
     "DRIFT_WINDOW",
+    "FIRST_RECHECK_GAP",
     "INLINE",
     "INLINE_PROBE",
     "INLINE_PROBE_MORE",
@@ -223,6 +228,10 @@ class ModeChooser:
         self._unconfirmed = False
         #: ... and the inline probe of that confirmation is running.
         self._confirming = False
+        #: Once confirmed, it is confirmed again after this many batches in the window
+        #: (each time twice as many): the window only notices a drift of 2x.
+        self._reconfirm_at: int | None = None
+        self._reconfirm_gap = FIRST_RECHECK_GAP
         #: During a re-check of an inline decision: the median inline cycle that drifted.
         self._drifted_inline: float | None = None
         self._gap = FIRST_RECHECK_GAP
@@ -344,6 +353,8 @@ class ModeChooser:
             if pays:  # confirmed: prefetching goes on, as decided
                 self._probe = None
                 self._inline = []
+                self._reconfirm_at = self._reconfirm_gap
+                self._reconfirm_gap *= 2
             else:
                 self._decide(
                     INLINE,
@@ -369,6 +380,7 @@ class ModeChooser:
         self._reference = None
         self._unconfirmed = False
         self._confirming = False
+        self._reconfirm_at = None
         self._prefetch_seconds = 0.0
         self._decided = True
         self._probe = None
@@ -403,6 +415,11 @@ class ModeChooser:
             # then a wrong decision costs every batch.
             if since == CONFIRM_AFTER:
                 self._start_confirmation(statistics.fmean(window))
+            return
+        again = self._reconfirm_at
+        if again is not None and since >= again and len(window) == DRIFT_WINDOW:
+            self._reconfirm_at = None
+            self._start_confirmation(statistics.fmean(window))
             return
         if since % (DRIFT_WINDOW // 2) or len(window) < DRIFT_WINDOW:
             return
