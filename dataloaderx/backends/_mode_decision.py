@@ -228,8 +228,8 @@ class ModeChooser:
         self._unconfirmed = False
         #: ... and the inline probe of that confirmation is running.
         self._confirming = False
-        #: Once confirmed, it is confirmed again after this many batches in the window
-        #: (each time twice as many): the window only notices a drift of 2x.
+        #: Once confirmed, it is confirmed again when this many batches have passed since
+        #: (each time twice as many): the drift watch only notices a change of 2x.
         self._reconfirm_at: int | None = None
         self._reconfirm_gap = FIRST_RECHECK_GAP
         #: During a re-check of an inline decision: the median inline cycle that drifted.
@@ -407,8 +407,6 @@ class ModeChooser:
         self._since_decision += 1
         window = self._window
         window.append(seconds)
-        # Checked every half window, which is often enough and keeps the cost per batch
-        # at a few hundred nanoseconds.
         since = self._since_decision
         if self._unconfirmed:
             # Measured once it settled, not during the probe; confirmed soon, since until
@@ -421,6 +419,8 @@ class ModeChooser:
             self._reconfirm_at = None
             self._start_confirmation(statistics.fmean(window))
             return
+        # Checked every half window, which is often enough and keeps the cost per batch
+        # at a few hundred nanoseconds.
         if since % (DRIFT_WINDOW // 2) or len(window) < DRIFT_WINDOW:
             return
         median = statistics.median(window)
