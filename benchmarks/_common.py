@@ -97,18 +97,23 @@ def time_epoch(loader: Iterable[Any], step: Callable[[Any], object] | None = Non
     return perf_counter() - start
 
 
+def rotated(names: list[str], round_number: int) -> list[str]:
+    """``names`` starting ``round_number`` places further along, so no one always runs first."""
+    shift = round_number % len(names)
+    return names[shift:] + names[:shift]
+
+
 def alternate(
     factories: dict[str, LoaderFactory], run: Callable[[Iterable[Any]], float], repeats: int
 ) -> dict[str, list[float]]:
     """Run every factory ``repeats`` times, round-robin, and collect the results.
 
-    Each round starts one place further along, so that no contestant always runs first.
+    Each round starts one place further along (:func:`rotated`).
     """
     names = list(factories)
     results: dict[str, list[float]] = {name: [] for name in names}
     for round_number in range(repeats):
-        shift = round_number % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in rotated(names, round_number):
             results[name].append(run(factories[name]()))
     return results
 
@@ -131,10 +136,9 @@ def bracketed(
     times: dict[str, list[float]] = {name: [] for name in factories}
     ratios: dict[str, list[float]] = {name: [] for name in factories}
     for round_number in range(repeats):
-        shift = round_number % len(others)
         before = run(factories[BASELINE]())
         times[BASELINE].append(before)
-        for name in others[shift:] + others[:shift]:
+        for name in rotated(others, round_number):
             loader = factories[name]()
             seconds = run(loader)
             if after_run is not None:

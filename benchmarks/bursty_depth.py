@@ -111,8 +111,7 @@ def compare(
     results: dict[str, list[tuple[float, int, tuple[int, int, int]]]] = {n: [] for n in names}
     for round_number in range(repeats):
         dataset = make_dataset(round_number)
-        shift = round_number % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in bench.rotated(names, round_number):
             results[name].append(run_epoch(dataset, contestants[name], step, **kwargs))
     return results
 
