@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from threading import get_ident
 from typing import Generic, TypeVar
 
 __all__ = ["GuardedSource"]
@@ -36,17 +37,14 @@ class GuardedSource(Generic[T]):
 
     def __next__(self) -> T:
         with self._lock:
-            self._holder = threading.get_ident()
+            self._holder = get_ident()
             try:
                 if self._close_requested:
-                    self._release_locked()
                     raise StopIteration
-                try:
-                    return next(self._iterator)
-                finally:
-                    if self._close_requested:
-                        self._release_locked()
+                return next(self._iterator)
             finally:
+                if self._close_requested:
+                    self._release_locked()  # still the holder: a close() in it returns
                 self._holder = None
 
     @property
@@ -62,7 +60,7 @@ class GuardedSource(Generic[T]):
         happened here; if not, the thread inside ``next()`` does it on its way out.
         """
         self._close_requested = True
-        if self._holder == threading.get_ident():
+        if self._holder == get_ident():
             return False  # a finaliser inside our own next(), which releases on its way out
         waited = 0.0
         while not self._lock.acquire(timeout=POLL_SECONDS):

@@ -10,9 +10,9 @@ producer is another thread: handing a batch over or waiting for room in a full b
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from threading import get_ident
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
@@ -159,7 +159,7 @@ class StatsRecorder:
         self.occupancy: list[int] = [0]
         self.threaded: bool | None = None
         self.trace: list[TraceEvent] | None = [] if trace else None
-        self._consumer = threading.get_ident()
+        self._consumer = get_ident()
         self._started = perf_counter()
         self.ended = self._started
         self._last_end: float | None = None
@@ -177,16 +177,18 @@ class StatsRecorder:
         if delivered:
             self.batches += 1
         occupancy = self.occupancy
-        while buffered >= len(occupancy):
-            occupancy.append(0)
-        occupancy[buffered] += 1
+        try:
+            occupancy[buffered] += 1
+        except IndexError:
+            occupancy.extend([0] * (buffered + 1 - len(occupancy)))
+            occupancy[buffered] += 1
         if self.trace is not None:
             self.trace.append(("wait", start, end))
 
     def record_produce(self, start: float, end: float) -> None:
         """Account for one ``next()`` call on the source (in the producer's thread)."""
         self.produce_seconds += end - start
-        if threading.get_ident() == self._consumer:
+        if get_ident() == self._consumer:
             # Made inline: no producer thread waited before this batch.
             self._last_end = None
         else:

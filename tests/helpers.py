@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from dataloaderx import get_backend
+from dataloaderx.backends._mode_decision import Cycle
 from dataloaderx.options import backend_option_names
 
 Pair = namedtuple("Pair", ["left", "right"])
@@ -263,15 +264,20 @@ class SwitchingPolicy:
     """A prefetch-mode policy that switches on a fixed pattern, whatever the timings.
 
     Batch ``k`` of every epoch is made in ``pattern[k % len(pattern)]`` mode; the default
-    pattern switches both ways several times within a few batches.
+    pattern switches both ways several times within a few batches. Batches with
+    ``k % probe_every == 1`` are probed (timed); runs of other inline batches are steady.
     """
 
-    def __init__(self, pattern: str = "IPPIPPPIIP") -> None:
+    def __init__(self, pattern: str = "IPPIPPPIIIIP", probe_every: int = 3) -> None:
         self.pattern = pattern
+        self.probe_every = probe_every
         self.index = 0
         self.observed: list[Any] = []
         #: ``helper_processes`` as given to each :meth:`start_epoch`.
         self.helper_processes: list[bool] = []
+        #: The size of each bulk hand-over of a steady inline run.
+        self.bulk: list[int] = []
+        self._granted = 0
 
     @property
     def wanted(self) -> Any:
@@ -279,7 +285,7 @@ class SwitchingPolicy:
 
     @property
     def probing(self) -> bool:
-        return self.index % 3 == 1  # exercise the timed path of the source too
+        return self.index % self.probe_every == 1  # exercise the timed path of the source
 
     @property
     def reason(self) -> str:
@@ -292,3 +298,20 @@ class SwitchingPolicy:
     def observe(self, cycle: Any) -> None:
         self.observed.append(cycle)
         self.index += 1
+
+    def _steady_at(self, index: int) -> bool:
+        return self.pattern[index % len(self.pattern)] == "I" and index % self.probe_every != 1
+
+    def steady_cycles(self) -> int:
+        run = 0
+        while run < 64 and self._steady_at(self.index + run):
+            run += 1
+        self._granted = run
+        return run
+
+    def observe_steady(self, seconds: Any) -> None:
+        assert 0 < len(seconds) <= self._granted, "more cycles than steady_cycles() allowed"
+        self._granted = 0
+        self.bulk.append(len(seconds))
+        for value in seconds:
+            self.observe(Cycle("inline", value, 0.0))

@@ -109,17 +109,33 @@ def run(
     spread: float = 0.0,
     seed: int = 0,
     helper_processes: bool = True,
+    bulk: bool = False,
 ) -> list[Mode]:
-    """Feed ``batches`` cycles of one epoch; return the mode each batch was made in."""
+    """Feed ``batches`` cycles of one epoch; return the mode each batch was made in.
+
+    With ``bulk``, cycles of steady runs go to the chooser as the adaptive stream hands
+    them over: collected while :meth:`ModeChooser.steady_cycles` allows, then at once.
+    """
     rng = random.Random(seed)
     modes: list[Mode] = []
     chooser.start_epoch(helper_processes=helper_processes)
+    steady: list[float] = []
+    allowed = 0
     for index in range(start, start + batches):
         mode = chooser.wanted
         modes.append(mode)
         load = workload(index)
-        cycle = load.prefetch() if mode == PREFETCH else load.inline()
-        chooser.observe(noisy(cycle, rng, spread))
+        cycle = noisy(load.prefetch() if mode == PREFETCH else load.inline(), rng, spread)
+        if bulk and not allowed and not chooser.probing:
+            allowed = chooser.steady_cycles()
+        if not allowed:
+            chooser.observe(cycle)
+            continue
+        steady.append(cycle.seconds)
+        allowed -= 1
+        if not allowed or index == start + batches - 1:  # the run or the epoch ends
+            chooser.observe_steady(steady)
+            steady, allowed = [], 0
     return modes
 
 
@@ -394,3 +410,49 @@ def test_batches_left_in_the_buffer_are_not_counted() -> None:
         chooser.observe(Cycle(None, 1.0, 0.0))  # drained: they say nothing about inline
     assert chooser.decisions == 0
     assert chooser.wanted == INLINE
+
+
+def decide_many_epochs(bulk: bool, workload: Callable[[int], Loop], epoch: int) -> object:
+    chooser = ModeChooser()
+    modes = []
+    for start in range(0, 1500, epoch):
+        modes += run(chooser, workload, epoch, start=start, spread=0.3, seed=start, bulk=bulk)
+    return modes, chooser.decisions, chooser.rechecks, chooser.reason, chooser.wanted
+
+
+def test_cycles_handed_over_in_bulk_decide_exactly_as_one_by_one() -> None:
+    paying = GilConvoy(serial=6 * MS, short=4.5 * MS, long=4.5 * MS)
+    losing = GilConvoy(serial=6 * MS, short=6.6 * MS, long=6.6 * MS)
+    fast = Workload(step=0.01 * MS, produce=0.3 * MS, parallel=1.0)
+    overlapping = Workload(step=20 * MS, produce=20 * MS)
+    slower = SlowerPrefetch(Workload(step=1 * MS, produce=0.3 * MS, parallel=1.0), factor=3.0)
+    workloads: dict[str, Callable[[int], Loop]] = {
+        # confirmations, then re-confirmations 128, 256 and 512 batches on
+        "keeps paying": lambda _: paying,
+        "stops paying": lambda index: paying if index < 300 else losing,
+        "drifts to overlap": lambda index: fast if index < 300 else overlapping,
+        "drifts, prefetching clearly slower": lambda index: fast if index < 300 else slower,
+        "changes every 20 batches": lambda index: (fast, overlapping)[(index // 20) % 2],
+    }
+    for name, workload in workloads.items():
+        # Epochs of 1500 (one), 37 and 5 batches: each new epoch empties the window.
+        for epoch in (1500, 37, 5):
+            one_by_one = decide_many_epochs(False, workload, epoch)
+            assert decide_many_epochs(True, workload, epoch) == one_by_one, (name, epoch)
+
+
+def test_steady_runs_end_where_a_check_could_change_the_mode() -> None:
+    chooser = ModeChooser()
+    run(chooser, lambda _: Workload(step=0.01 * MS, produce=0.3 * MS, parallel=1.0), 40)
+    assert chooser.wanted == INLINE
+    assert not chooser.probing
+    runs = []
+    for _ in range(20):
+        allowed = chooser.steady_cycles()
+        runs.append(allowed)
+        chooser.observe_steady([0.3 * MS] * allowed)
+    # Up to the next drift check every half window, then a half window each time.
+    assert 1 <= runs[0] <= DRIFT_WINDOW // 2
+    assert runs[1:] == [DRIFT_WINDOW // 2] * 19
+    chooser.start_epoch()
+    assert chooser.steady_cycles() == 0  # the epoch's first batch is observed alone

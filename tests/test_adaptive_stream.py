@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from dataloaderx import DataLoaderX
 from dataloaderx.backends import _adaptive
 from dataloaderx.backends._adaptive import start_adaptive_stream
+from dataloaderx.backends._mode_decision import Cycle, ModeChooser
 from tests.helpers import (
     Counter,
     FailingDataset,
@@ -108,17 +109,20 @@ def test_inline_makes_no_batch_ahead() -> None:
     iterator.close()
 
 
+@pytest.mark.parametrize("pattern", ["PIIPPI", "PIIIIIIIIIIIP"])
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_errors_and_warnings_match_dataloader_across_switches(num_workers: int) -> None:
+def test_errors_and_warnings_match_dataloader_across_switches(
+    num_workers: int, pattern: str
+) -> None:
     dataset = FailingDataset(30, frozenset({2, 3, 9, 17}))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("PIIPPI"))
+        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy(pattern))
         loader = DataLoaderX(dataset, batch_size=2, num_workers=num_workers)
     expected = run_events(iter(DataLoader(dataset, batch_size=2, num_workers=num_workers)))
     assert_same_events(run_events(iter(loader)), expected)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("PIIPPI"))
+        patch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy(pattern))
         warning_loader = DataLoaderX(WarningDataset(20), batch_size=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -210,3 +214,112 @@ def test_the_policy_learns_whether_worker_processes_may_make_the_batches(
     # Once per stream opened (a single-process epoch opens a second one at its end).
     assert policy.helper_processes
     assert set(policy.helper_processes) == {num_workers > 0}
+
+
+def test_steady_inline_runs_tell_the_policy_of_every_cycle_in_bulk() -> None:
+    # Runs of inline batches between prefetched ones; inside the longest runs neither
+    # mode is probed, so the stream hands those cycles over in bulk.
+    made_in: list[str] = []
+    policy = SwitchingPolicy("PPIIIIIIIIIIIIII", probe_every=16)
+    stream = start_adaptive_stream(counting(300, made_in), backend="test", depth=2, policy=policy)
+    assert list(stream) == list(range(300))
+    assert len(policy.observed) == 300  # each batch once: one by one or in bulk
+    assert sum(policy.bulk) > 150
+    assert max(policy.bulk) > 1
+    # Made where the policy said: inline runs in this thread, the rest by producers.
+    main = threading.current_thread().name
+    inline = [index for index, name in enumerate(made_in) if name == main]
+    assert {index % 16 for index in inline} >= set(range(3, 16))
+
+
+def test_an_epoch_that_ends_in_a_steady_run_hands_over_its_last_cycles() -> None:
+    policy = SwitchingPolicy("PIII" + "I" * 60, probe_every=64)
+    stream = start_adaptive_stream(iter(range(40)), backend="test", depth=2, policy=policy)
+    assert list(stream) == list(range(40))
+    assert len(policy.observed) == 40
+    assert policy.bulk[-1] < 40  # a partial run, handed over at the end
+
+
+class FailsAt:
+    """``range(limit)`` whose item ``failing`` raises instead, and then goes on."""
+
+    def __init__(self, limit: int, failing: int) -> None:
+        self._next = 0
+        self._limit = limit
+        self._failing = failing
+
+    def __iter__(self) -> FailsAt:
+        return self
+
+    def __next__(self) -> int:
+        value = self._next
+        if value >= self._limit:
+            raise StopIteration
+        self._next += 1
+        if value == self._failing:
+            raise ValueError(f"batch {value}")
+        return value
+
+
+def test_a_failed_batch_in_a_steady_run_ends_no_cycle() -> None:
+    policy = SwitchingPolicy("PI" + "I" * 60, probe_every=64)
+    stream = start_adaptive_stream(FailsAt(30, 12), backend="test", depth=2, policy=policy)
+    got: list[object] = []
+    while True:
+        try:
+            got.append(next(stream))
+        except StopIteration:
+            break
+        except ValueError as error:
+            got.append(str(error))
+    assert got == [*range(12), "batch 12", *range(13, 30)]
+    # Every outcome ends a cycle the policy hears of, but the failure and the batch
+    # after it (whose cycle would include the loop's handling of the error).
+    assert len(policy.observed) == 30 - 2
+
+
+def test_closing_in_a_steady_run_stops_it_and_tells_the_policy_nothing_more() -> None:
+    policy = SwitchingPolicy("PI" + "I" * 60, probe_every=64)
+    stream = start_adaptive_stream(iter(range(100)), backend="test", depth=2, policy=policy)
+    for _ in range(20):
+        next(stream)
+    stream.close()
+    observed = len(policy.observed)
+    with pytest.raises(StopIteration):
+        next(stream)
+    stream.close()
+    assert len(policy.observed) == observed
+
+
+class CountingChooser(ModeChooser):
+    """The measured decision, counting the cycles it is told of either way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cycles = 0
+        self.in_bulk = 0
+
+    def observe(self, cycle: Cycle) -> None:
+        self.cycles += 1
+        super().observe(cycle)
+
+    def observe_steady(self, seconds: Sequence[float]) -> None:
+        self.cycles += len(seconds)
+        self.in_bulk += len(seconds)
+        super().observe_steady(seconds)
+
+
+def test_the_measured_decision_hears_of_every_batch_of_an_inline_loader() -> None:
+    chooser = CountingChooser()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_adaptive, "new_policy", lambda: chooser)
+        loader = DataLoaderX(RangeDataset(500), batch_size=1)
+    for epoch in range(3):
+        assert_same(list(loader), list(DataLoader(RangeDataset(500), batch_size=1)))
+        if chooser.wanted == "prefetch":
+            pytest.skip("prefetching paid on this machine: there is no inline run to check")
+        assert chooser.cycles == 500 * (epoch + 1)
+    assert chooser.in_bulk > 1000
+    assert loader.stats is not None
+    assert loader.stats.mode is not None
+    assert loader.stats.mode.endswith(" of 500 batches prefetched")

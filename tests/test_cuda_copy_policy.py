@@ -36,6 +36,16 @@ def test_follows_the_decision_until_a_batch_is_large() -> None:
     assert len(decision.observed) == 1
 
 
+def test_inline_cycles_are_never_taken_in_bulk() -> None:
+    # Any batch of a run may be the large one, which must switch to prefetching at once.
+    decision = SwitchingPolicy("I" * 40, probe_every=40)
+    policy = SmallBatchesOnly(decision, limit=100)
+    for _ in range(2):  # the epoch's first batch, then a probed one
+        policy.observe(Cycle(INLINE, 0.001, 0.001))
+    assert decision.steady_cycles() > 1
+    assert policy.steady_cycles() == 0
+
+
 @pytest.mark.parametrize(("numel", "inline_expected"), [(16, True), (INLINE_MAX_BYTES, False)])
 def test_large_batches_are_always_copied_on_the_side_stream(
     monkeypatch: pytest.MonkeyPatch, numel: int, inline_expected: bool

@@ -28,7 +28,10 @@ Switching protocol (details and shutdown in ``docs/design.md``):
 * **inline -> prefetch.** A new producer thread is started on the same source.
 
 Timing costs two ``perf_counter()`` calls per batch; CPU times and producer timings are
-taken only while the policy probes, so the decision works with ``stats`` off too.
+taken only while the policy probes, so the decision works with ``stats`` off too. In a
+steady inline run (:meth:`ModePolicy.steady_cycles`) a batch costs one ``perf_counter()``
+and a list append: the cycles go to the policy in bulk, at the points where they could
+change its decision, and at the end of the epoch.
 """
 
 from __future__ import annotations
@@ -153,6 +156,12 @@ class AdaptiveStream(Generic[T]):
         self._latest_usage: Callable[[], BufferUsage] | None = None
         #: The policy's ``probing`` as of the last batch (the source is timed while true).
         self._probing = False
+        #: Cycles left in the current steady inline run (0: none runs) ...
+        self._steady_left = 0
+        #: ... and those of its cycles not yet handed to the policy.
+        self._steady: list[float] = []
+        #: The source without the pause check, which only a producer thread needs.
+        self._direct = source
         self.mode_log = ModeLog(policy)
         # Worker processes already exist here: the iterator this reads from was made.
         policy.start_epoch(helper_processes=bool(multiprocessing.active_children()))
@@ -177,6 +186,8 @@ class AdaptiveStream(Generic[T]):
         return fixed_usage(0, 0) if usage is None else usage()
 
     def __next__(self) -> T:
+        if self._steady_left:
+            return self._next_steady()
         if self._finished:
             raise StopIteration
         start = perf_counter()
@@ -194,6 +205,40 @@ class AdaptiveStream(Generic[T]):
         end = perf_counter()
         self._account(mode, start, end)
         return batch
+
+    def _next_steady(self) -> T:
+        """A batch of a steady inline run: made as inline, its cycle kept for the policy."""
+        try:
+            item = next(self._direct)
+            if self._inline_prepare is not None:
+                item = self._inline_prepare(item)
+            batch = item if self._handout is None else self._handout(item)
+        except StopIteration:
+            self._finished = True
+            self._hand_over_steady()
+            self.close()
+            raise
+        except BaseException:
+            self._last_end = None  # as in __next__: a failed batch ends no cycle
+            raise
+        end = perf_counter()
+        last = self._last_end
+        self._last_end = end
+        self.mode_log.counts[INLINE] += 1
+        if last is not None:
+            self._steady.append(end - last)
+            self._steady_left -= 1
+            if not self._steady_left:
+                self._hand_over_steady()
+                self._follow_policy()
+        return batch
+
+    def _hand_over_steady(self) -> None:
+        self._steady_left = 0
+        cycles = self._steady
+        if cycles:
+            self._steady = []
+            self._policy.observe_steady(cycles)
 
     def _next_batch(self) -> tuple[T, Mode | None]:
         threaded = self._threaded
@@ -231,11 +276,9 @@ class AdaptiveStream(Generic[T]):
         elif last is not None:
             policy.observe(Cycle(mode, end - last, end - start, cpu, produced))
         self._follow_policy()
-        if self._probing:
-            self._last_cpu = thread_time()
 
     def _follow_policy(self) -> None:
-        """Start or stop the producer thread to match the policy."""
+        """Start or stop the producer thread, or start a steady run, to match the policy."""
         policy = self._policy
         probing = policy.probing
         if probing is not self._probing:
@@ -252,6 +295,10 @@ class AdaptiveStream(Generic[T]):
                 self._latest_usage = getattr(threaded, "buffer_usage", None)
         elif wanted == INLINE:
             self._source.pause = True  # the producer stops after the batch it is making
+        if probing:
+            self._last_cpu = thread_time()
+        elif threaded is None and wanted == INLINE and not self._first:
+            self._steady_left = policy.steady_cycles()
 
     def close(self) -> None:
         """Stop the producer thread, if one runs; safe to call twice."""
@@ -259,6 +306,9 @@ class AdaptiveStream(Generic[T]):
             return
         self._closed = True
         self._finished = True
+        # Cycles of a run the loop left unfinished are dropped: this may run in another
+        # thread (garbage collection), after the loader's next epoch started.
+        self._steady_left = 0
         threaded = self._threaded
         self._threaded = None
         if threaded is not None:

@@ -12,6 +12,7 @@ batch on, the loader always prefetches on the side stream.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from dataloaderx.backends._mode_decision import PREFETCH, Cycle, Mode, ModePolicy
@@ -60,3 +61,11 @@ class SmallBatchesOnly:
     def observe(self, cycle: Cycle) -> None:
         if self.large is None:
             self._decision.observe(cycle)
+
+    def steady_cycles(self) -> int:
+        # Never in bulk: any batch may be the large one that must switch to prefetching.
+        return 0
+
+    def observe_steady(self, seconds: Sequence[float]) -> None:
+        if self.large is None:
+            self._decision.observe_steady(seconds)

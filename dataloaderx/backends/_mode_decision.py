@@ -186,6 +186,20 @@ class ModePolicy(Protocol):
     def observe(self, cycle: Cycle) -> None:
         """Account for one batch handed out."""
 
+    def steady_cycles(self) -> int:
+        """How many coming cycles :meth:`observe_steady` may take at once (0: none).
+
+        Only asked while the mode is ``wanted`` and nothing is probed. If the next ``n``
+        cycles are all made in that mode, the first ``n - 1`` of them cannot change
+        ``wanted``, ``probing`` or this answer, so they may be handed over in bulk.
+        """
+
+    def observe_steady(self, seconds: Sequence[float]) -> None:
+        """Account for cycles made in the wanted mode, at most :meth:`steady_cycles`.
+
+        The effect is that of :meth:`observe` with each ``Cycle(wanted, s, ...)``.
+        """
+
 
 def _enough(cycles: Sequence[object], least: int, seconds: float) -> bool:
     count = len(cycles)
@@ -283,6 +297,27 @@ class ModeChooser:
             self._observe_probe(cycle)
         elif cycle.mode == self._mode:
             self._watch_drift(cycle.seconds)
+
+    def steady_cycles(self) -> int:
+        if self._first_of_epoch or self._probe is not None:
+            return 0
+        since = self._since_decision
+        if self._unconfirmed:
+            return CONFIRM_AFTER - since
+        # The next drift check, or the next re-confirmation if that comes first.
+        quiet = DRIFT_WINDOW // 2 - since % (DRIFT_WINDOW // 2)
+        again = self._reconfirm_at
+        if again is not None:
+            quiet = min(quiet, max(again - since, DRIFT_WINDOW - len(self._window)))
+        return quiet
+
+    def observe_steady(self, seconds: Sequence[float]) -> None:
+        if not seconds:
+            return
+        # None of these but the last can reach a check (see ``steady_cycles``).
+        self._since_decision += len(seconds) - 1
+        self._window.extend(seconds[:-1])
+        self._watch_drift(seconds[-1])
 
     def _observe_probe(self, cycle: Cycle) -> None:
         if cycle.mode != self._probe:
