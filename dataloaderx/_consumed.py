@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
+from dataloaderx._direct import Direct, direct_of, narrowed, taken
 from dataloaderx.backends.base import Backend, BatchStream, pass_on
 
 __all__ = ["Position", "TrackedBackend"]
@@ -23,17 +24,26 @@ class Position:
     """Where one epoch stands, from the training loop's side.
 
     ``consumed`` counts the ``next()`` calls that handed out a batch or raised that
-    batch's error (each uses up one batch of the epoch); ``finished`` is set once the
-    epoch raised ``StopIteration``; ``state`` is the snapshot made with the latest batch
-    handed out (or the one given at the start).
+    batch's error (each uses up one batch of the epoch): those counted one by one
+    (``settled``) and the batches of a direct run under way (``pending``, its
+    ``marks``; see :mod:`dataloaderx._direct`). ``finished`` is set once the epoch
+    raised ``StopIteration``; ``state`` is the snapshot made with the latest batch handed
+    out (or the one given at the start).
     """
 
-    __slots__ = ("consumed", "finished", "state")
+    __slots__ = ("finished", "pending", "settled", "state")
 
     def __init__(self, consumed: int = 0, state: Any = None) -> None:
-        self.consumed = consumed
+        self.settled = consumed
+        self.pending: list[float] | None = None
         self.finished = False
         self.state = state
+
+    @property
+    def consumed(self) -> int:
+        """Batches of the epoch the loop has had (or had the error of)."""
+        pending = self.pending
+        return self.settled if pending is None else self.settled + taken(pending)
 
 
 class _RecordingSource(Generic[T]):
@@ -108,9 +118,24 @@ class _CountingStream(BatchStream[T]):
         return batch
 
     def _hand_out(self) -> None:
-        self._position.consumed += 1
+        self._position.settled += 1
         if self._snapshots:
             self._position.state = self._snapshots.popleft()
+
+    def direct(self, marks: list[float]) -> Direct | None:
+        """The stream's direct runs, counted in as they go; none where each batch
+        carries a snapshot of the source's state."""
+        if self._snapshots is not None:
+            return None
+        position = self._position
+
+        def settle() -> None:
+            position.settled += taken(marks)
+
+        found = narrowed(direct_of(self._stream, marks), None, settle)
+        if found is not None:
+            position.pending = marks
+        return found
 
     def close(self) -> None:
         self._stream.close()

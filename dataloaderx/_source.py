@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from threading import get_ident
 from typing import Generic, TypeVar
 
+from dataloaderx._direct import RUN_MAX, Direct
+
 __all__ = ["GuardedSource"]
 
 T = TypeVar("T")
@@ -22,6 +24,10 @@ class GuardedSource(Generic[T]):
     lock to run ``release`` (for example PyTorch's ``_shutdown_workers``). If a producer
     thread is still inside ``next()`` when the wait runs out, ``close`` returns and that
     thread runs ``release`` itself as it leaves ``next()``; ``release`` runs exactly once.
+
+    It is the bottom of every direct run (see :mod:`dataloaderx._direct`): it offers its
+    own ``next`` as the run's ``take``, and :meth:`replay` makes the next ``next()``
+    raise the exception a run's ``take`` raised, in whichever thread makes that call.
     """
 
     def __init__(self, iterator: Iterator[T], release: Callable[[], None] | None) -> None:
@@ -31,6 +37,7 @@ class GuardedSource(Generic[T]):
         self._close_requested = False
         self._released = False
         self._holder: int | None = None
+        self._replay: BaseException | None = None
 
     def __iter__(self) -> GuardedSource[T]:
         return self
@@ -41,11 +48,24 @@ class GuardedSource(Generic[T]):
             try:
                 if self._close_requested:
                     raise StopIteration
+                if self._replay is not None:
+                    try:
+                        raise self._replay  # no local name: it would hold a cycle
+                    finally:
+                        self._replay = None
                 return next(self._iterator)
             finally:
                 if self._close_requested:
                     self._release_locked()  # still the holder: a close() in it returns
                 self._holder = None
+
+    def direct(self, marks: list[float]) -> Direct:
+        """A direct run's bottom: batches are made by this source's own ``next``."""
+        return Direct(RUN_MAX, self.__next__, _settled)
+
+    def replay(self, error: BaseException) -> None:
+        """Make the next ``next()`` raise ``error`` instead of reading the iterator."""
+        self._replay = error
 
     @property
     def released(self) -> bool:
@@ -80,3 +100,7 @@ class GuardedSource(Generic[T]):
         release, self._release = self._release, None
         if release is not None:
             release()
+
+
+def _settled() -> None:
+    """Nothing to account for: the guard counts nothing."""

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
+from dataloaderx._direct import direct_of
 from dataloaderx._handoff_imports import import_handoff_modules
 from dataloaderx._read_ahead import open_read_ahead_bounded, read_ahead_limit
 from dataloaderx._source import GuardedSource
@@ -45,8 +46,31 @@ def _shut_down(
 
 
 _OWN_ATTRIBUTES: Final = frozenset(
-    {"_inner", "_source", "_stream", "_finalizer", "_num_yielded", "_stats", "_buffered"}
+    {
+        "_inner",
+        "_source",
+        "_stream",
+        "_finalizer",
+        "_num_yielded",
+        "_stats",
+        "_buffered",
+        "_marks",
+        "_run_left",
+        "_take",
+        "_settle",
+        "_ask_in",
+        "_ask_gap",
+    }
 )
+
+#: After a ``next()`` that found no direct run on offer, the next ones look again only
+#: after this many more batches at most (1, 2, 4, ... up to it): asking costs a call per
+#: layer, and a stream that prefetches says no to every question.
+ASK_GAP_MAX: Final = 8
+
+
+def _no_settle() -> None:
+    """What there is to settle when no direct run was ever taken."""
 
 
 class PrefetchIterator(ClosesOnExit, Generic[T_co]):
@@ -57,6 +81,12 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
     example ``_workers`` or ``_shutdown_workers``) are read from the wrapped iterator;
     ``_num_yielded`` counts the batches handed out here, as on PyTorch's iterator.
     With a ``stats`` recorder, every ``next()`` and every batch made is timed into it.
+
+    Where the stream offers a direct run (batches made inline: ``sync``, or a steady
+    inline run of an adaptive backend), ``next()`` takes them straight from the source
+    and every layer accounts for them in bulk at the end of the run
+    (:mod:`dataloaderx._direct`): the same batches, errors and counts, for about one
+    Python call per batch instead of one per layer.
     """
 
     def __init__(
@@ -83,11 +113,70 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         self._finalizer = weakref.finalize(
             self, _shut_down, self._stream, self._source, os.getpid(), stats
         )
+        # The direct run under way: batches left in it, how to make one and how to
+        # account for those made; each one's start and end times (see _direct).
+        self._marks: list[float] = []
+        self._run_left = 0
+        self._take: Callable[[], T_co] = self._source.__next__
+        self._settle: Callable[[], None] = _no_settle
+        # next() calls left before asking the stream for a direct run again, and the
+        # gap after the next answer of no.
+        self._ask_in = 0
+        self._ask_gap = 1
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         return self
 
     def __next__(self) -> T_co:
+        if self._run_left:
+            self._run_left -= 1
+            start = perf_counter()
+            try:
+                batch = self._take()
+            except BaseException as error:  # noqa: BLE001 - raised again, through the layers
+                # Counted by no layer yet: the source raises it again to the next call,
+                # made through every layer, which each handle it as always.
+                self._source.replay(error)
+                self._end_run()
+                return self._next_through_layers()
+            marks = self._marks
+            marks.append(start)
+            marks.append(perf_counter())
+            self._num_yielded += 1
+            if not self._run_left:
+                self._end_run()
+            return batch
+        if self._ask_in:
+            self._ask_in -= 1
+        elif self._start_run():
+            return self.__next__()
+        return self._next_through_layers()
+
+    def _start_run(self) -> bool:
+        """Take the direct run the stream offers, if any; say whether there is one."""
+        direct = direct_of(self._stream, self._marks)
+        if direct is None:
+            self._ask_in = self._ask_gap
+            self._ask_gap = min(2 * self._ask_gap, ASK_GAP_MAX)
+            return False
+        self._ask_gap = 1
+        self._run_left, self._take, self._settle = direct
+        if self._stats is not None:
+            self._stats.pending = self._marks
+        return True
+
+    def _end_run(self) -> None:
+        """Account for the run's batches in every layer (which may start another run)."""
+        self._run_left = 0
+        marks = self._marks
+        try:
+            self._settle()
+            if self._stats is not None:
+                self._stats.record_direct(marks)
+        finally:
+            marks.clear()
+
+    def _next_through_layers(self) -> T_co:
         if self._stats is not None:
             return self._timed_next(self._stats)
         try:
@@ -122,6 +211,8 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         Safe to call more than once.
         """
         self._finalizer()
+        if self._marks:
+            self._end_run()
 
     @property
     def source(self) -> GuardedSource[T_co]:

@@ -10,11 +10,15 @@ producer is another thread: handing a batch over or waiting for room in a full b
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from threading import get_ident
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+
+from dataloaderx._direct import Direct, direct_of, durations, taken
 
 if TYPE_CHECKING:
     from dataloaderx.backends._depth_control import BufferUsage
@@ -139,6 +143,7 @@ class StatsRecorder:
         "mode_log",
         "num_workers",
         "occupancy",
+        "pending",
         "produce_seconds",
         "threaded",
         "trace",
@@ -169,6 +174,9 @@ class StatsRecorder:
         self._frozen_usage: BufferUsage | None = None
         #: Set by the iterator when the backend's stream reports its prefetch mode.
         self.mode_log: ModeReport | None = None
+        #: The ``marks`` of the iterator's direct runs: batches made and handed out, not
+        #: yet recorded (see :mod:`dataloaderx._direct`).
+        self.pending: list[float] | None = None
 
     def record_next(self, start: float, end: float, buffered: int, delivered: bool) -> None:
         """Account for one ``next()`` call of the consumer."""
@@ -199,6 +207,26 @@ class StatsRecorder:
         if self.trace is not None:
             self.trace.append(("produce", start, end))
 
+    def record_direct(self, marks: list[float]) -> None:
+        """Account for a direct run's batches: made inline, each handed out as made."""
+        count = taken(marks)
+        if not count:
+            return
+        seconds = durations(marks)
+        self.wait_seconds += seconds
+        self.produce_seconds += seconds
+        self.batches += count
+        self.occupancy[0] += count
+        self.ended = marks[-1]
+        self._last_end = None
+        if self.trace is not None:
+            pairs = list(zip(marks[0::2], marks[1::2], strict=True))
+            self.trace.extend(
+                chain.from_iterable(
+                    (("produce", start, end), ("wait", start, end)) for start, end in pairs
+                )
+            )
+
     def _current_usage(self) -> BufferUsage | None:
         return self._frozen_usage if self.usage is None else self.usage()
 
@@ -218,6 +246,14 @@ class StatsRecorder:
 
     def snapshot(self) -> LoaderStats:
         """Return the figures so far as an immutable :class:`LoaderStats`."""
+        if self.pending:
+            # A direct run is under way: count its batches in, on a copy.
+            recorder = copy.copy(self)
+            recorder.occupancy = list(self.occupancy)
+            recorder.trace = None if self.trace is None else list(self.trace)
+            recorder.pending = None
+            recorder.record_direct(self.pending)
+            return recorder.snapshot()
         usage = self._current_usage()
         return LoaderStats(
             backend=self.backend,
@@ -254,6 +290,11 @@ class TimedSource(Generic[T]):
             return next(self._source)
         finally:
             self._recorder.record_produce(start, perf_counter())
+
+    def direct(self, marks: list[float]) -> Direct | None:
+        """The source's direct runs, unchanged: the iterator that takes a direct run's
+        batches records them, made inline, with :meth:`StatsRecorder.record_direct`."""
+        return direct_of(self._source, marks)
 
 
 class EpochStats:

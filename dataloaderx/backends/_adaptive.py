@@ -31,7 +31,9 @@ Timing costs two ``perf_counter()`` calls per batch; CPU times and producer timi
 taken only while the policy probes, so the decision works with ``stats`` off too. In a
 steady inline run (:meth:`ModePolicy.steady_cycles`) a batch costs one ``perf_counter()``
 and a list append: the cycles go to the policy in bulk, at the points where they could
-change its decision, and at the end of the epoch.
+change its decision, and at the end of the epoch. The iterator may take such a run's
+batches straight from the source (:meth:`AdaptiveStream.direct`), and this stream then
+accounts for them when the run ends, as for batches it made itself.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter, thread_time
 from typing import Any, Final, Generic, TypeVar
 
+from dataloaderx._direct import Direct, direct_of, ends, narrowed
 from dataloaderx.backends._depth_control import BufferUsage, fixed_usage
 from dataloaderx.backends._depth_options import DepthSpec
 from dataloaderx.backends._engine import ThreadedStream, start_thread_stream
@@ -232,6 +235,35 @@ class AdaptiveStream(Generic[T]):
                 self._hand_over_steady()
                 self._follow_policy()
         return batch
+
+    def direct(self, marks: list[float]) -> Direct | None:
+        """The rest of a steady inline run, for the loop to take straight from the
+        source (see :mod:`dataloaderx._direct`); none while anything else runs."""
+        if not self._steady_left or self._inline_prepare is not None or self._handout is not None:
+            return None
+
+        def settle() -> None:
+            self._settle_direct(marks)
+
+        return narrowed(direct_of(self._direct, marks), self._steady_left, settle)
+
+    def _settle_direct(self, marks: list[float]) -> None:
+        """Account for a direct run's batches as :meth:`_next_steady` does for each."""
+        made = ends(marks)
+        self.mode_log.counts[INLINE] += len(made)
+        if self._closed:
+            return  # as in close(): the cycles of an unfinished run are dropped
+        last = self._last_end
+        cycles = self._steady
+        for end in made:
+            if last is not None:
+                cycles.append(end - last)
+                self._steady_left -= 1
+            last = end
+        self._last_end = last
+        if not self._steady_left:
+            self._hand_over_steady()
+            self._follow_policy()
 
     def _hand_over_steady(self) -> None:
         self._steady_left = 0
