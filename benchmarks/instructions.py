@@ -10,14 +10,19 @@ cost per batch that a loader adds where nothing overlaps, and nothing about over
 
 Each loader runs in its own process under ``valgrind --tool=callgrind``, twice: with 2
 untimed epochs (construction, imports, the adaptive decision) and with 2 + ``--epochs``
-epochs; the difference divided by the extra batches is its cost per batch. Single-process
-loops only (``num_workers=0``): worker processes are not counted. Needs ``valgrind`` on
-the PATH (Debian: ``apt-get install valgrind``); each process takes about a minute.
+epochs; the difference divided by the extra batches is its cost per batch. The processes
+run with ``PYTHONHASHSEED=0`` (hash randomisation changes dict and set work from run to
+run) and one intra-op thread (``OMP_NUM_THREADS=1``: idle OpenMP threads spin for a
+time, and callgrind counts the spinning), which leaves the count of a process the same
+to within a few hundred instructions. Single-process loops only (``num_workers=0``):
+worker processes are not counted. Needs ``valgrind`` on the PATH (Debian: ``apt-get
+install valgrind``); each process takes about a minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -90,7 +95,8 @@ def count_instructions(case: str, contestant: str, epochs: int, valgrind: str) -
             contestant,
             str(epochs),
         ]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        environment = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
+        done = subprocess.run(command, capture_output=True, text=True, check=True, env=environment)
     found = re.search(r"Collected\s*:\s*([\d,]+)", done.stderr)
     if found is None:
         raise SystemExit(f"callgrind printed no count:\n{done.stderr[-2000:]}")
@@ -133,8 +139,7 @@ def main() -> None:
         batches = args.epochs * batches_per_epoch(case)
         per_batch = {
             name: (
-                counts[(case, name, WARM_EPOCHS + args.epochs)]
-                - counts[(case, name, WARM_EPOCHS)]
+                counts[(case, name, WARM_EPOCHS + args.epochs)] - counts[(case, name, WARM_EPOCHS)]
             )
             / batches
             for name in CONTESTANTS

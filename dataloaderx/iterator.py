@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx._direct import direct_of
+from dataloaderx._direct import direct_of, taken
 from dataloaderx._handoff_imports import import_handoff_modules
 from dataloaderx._read_ahead import open_read_ahead_bounded, read_ahead_limit
 from dataloaderx._source import GuardedSource
@@ -51,13 +51,10 @@ _OWN_ATTRIBUTES: Final = frozenset(
         "_source",
         "_stream",
         "_finalizer",
-        "_num_yielded",
+        "_yielded",
         "_stats",
         "_buffered",
-        "_marks",
-        "_run_left",
-        "_take",
-        "_settle",
+        "_run",
         "_ask_in",
         "_ask_gap",
     }
@@ -71,6 +68,23 @@ ASK_GAP_MAX: Final = 8
 
 def _no_settle() -> None:
     """What there is to settle when no direct run was ever taken."""
+
+
+class _Run:
+    """The direct run under way: batches left in it, how to make one, how to account
+    for those made, and each one's start and end times (see :mod:`dataloaderx._direct`).
+
+    Its own small object: ``PrefetchIterator`` defines ``__getattr__``, which makes
+    every attribute read on it take the slow path, and these are read on every batch.
+    """
+
+    __slots__ = ("left", "marks", "settle", "take")
+
+    def __init__(self, take: Callable[[], Any]) -> None:
+        self.left = 0
+        self.take = take
+        self.settle: Callable[[], None] = _no_settle
+        self.marks: list[float] = []
 
 
 class PrefetchIterator(ClosesOnExit, Generic[T_co]):
@@ -97,7 +111,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         stats: StatsRecorder | None = None,
     ) -> None:
         self._inner = inner
-        self._num_yielded = 0
+        self._yielded = 0
         self._stats = stats
         self._source: GuardedSource[T_co] = GuardedSource(inner, release)
         opened = self._source if stats is None else TimedSource(self._source, stats)
@@ -113,12 +127,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         self._finalizer = weakref.finalize(
             self, _shut_down, self._stream, self._source, os.getpid(), stats
         )
-        # The direct run under way: batches left in it, how to make one and how to
-        # account for those made; each one's start and end times (see _direct).
-        self._marks: list[float] = []
-        self._run_left = 0
-        self._take: Callable[[], T_co] = self._source.__next__
-        self._settle: Callable[[], None] = _no_settle
+        self._run = _Run(self._source.__next__)
         # next() calls left before asking the stream for a direct run again, and the
         # gap after the next answer of no.
         self._ask_in = 0
@@ -128,22 +137,22 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         return self
 
     def __next__(self) -> T_co:
-        if self._run_left:
-            self._run_left -= 1
+        run = self._run
+        if run.left:
+            run.left -= 1
             start = perf_counter()
             try:
-                batch = self._take()
+                batch: T_co = run.take()
             except BaseException as error:  # noqa: BLE001 - raised again, through the layers
                 # Counted by no layer yet: the source raises it again to the next call,
                 # made through every layer, which each handle it as always.
                 self._source.replay(error)
                 self._end_run()
                 return self._next_through_layers()
-            marks = self._marks
+            marks = run.marks
             marks.append(start)
             marks.append(perf_counter())
-            self._num_yielded += 1
-            if not self._run_left:
+            if not run.left:
                 self._end_run()
             return batch
         if self._ask_in:
@@ -152,28 +161,36 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
             return self.__next__()
         return self._next_through_layers()
 
+    @property
+    def _num_yielded(self) -> int:
+        """Batches handed out so far, as PyTorch's iterator counts them."""
+        return self._yielded + taken(self._run.marks)
+
     def _start_run(self) -> bool:
         """Take the direct run the stream offers, if any; say whether there is one."""
-        direct = direct_of(self._stream, self._marks)
+        run = self._run
+        direct = direct_of(self._stream, run.marks)
         if direct is None:
             self._ask_in = self._ask_gap
             self._ask_gap = min(2 * self._ask_gap, ASK_GAP_MAX)
             return False
         self._ask_gap = 1
-        self._run_left, self._take, self._settle = direct
+        run.left, run.take, run.settle = direct
         if self._stats is not None:
-            self._stats.pending = self._marks
+            self._stats.pending = run.marks
         return True
 
     def _end_run(self) -> None:
         """Account for the run's batches in every layer (which may start another run)."""
-        self._run_left = 0
-        marks = self._marks
+        run = self._run
+        run.left = 0
+        marks = run.marks
         try:
-            self._settle()
+            run.settle()
             if self._stats is not None:
                 self._stats.record_direct(marks)
         finally:
+            self._yielded += taken(marks)
             marks.clear()
 
     def _next_through_layers(self) -> T_co:
@@ -184,7 +201,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         except StopIteration:
             self.close()
             raise
-        self._num_yielded += 1
+        self._yielded += 1
         return batch
 
     def _timed_next(self, stats: StatsRecorder) -> T_co:
@@ -199,7 +216,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
             raise
         finally:
             stats.record_next(start, perf_counter(), buffered, delivered)
-        self._num_yielded += 1
+        self._yielded += 1
         return batch
 
     def __len__(self) -> int:
@@ -211,7 +228,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         Safe to call more than once.
         """
         self._finalizer()
-        if self._marks:
+        if self._run.marks:
             self._end_run()
 
     @property

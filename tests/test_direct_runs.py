@@ -83,7 +83,7 @@ def test_state_dict_between_two_batches_of_a_run_counts_every_batch(
     )
     iterator = iter(loader)
     seen = [next(iterator) for _ in range(37)]
-    while not iterator._marks:  # until a direct run is under way, not yet settled
+    while not iterator._run.marks:  # until a direct run is under way, not yet settled
         seen.append(next(iterator))
     state = loader.state_dict()
     assert state["consumed"] == len(seen)
@@ -143,7 +143,7 @@ def test_a_failed_batch_keeps_its_traceback_and_counts_as_consumed() -> None:
     iterator = iter(loader)
     for _ in range(30):
         next(iterator)
-    assert iterator._run_left > 0  # batch 30 is made in a direct run
+    assert iterator._run.left > 0  # batch 30 is made in a direct run
     with pytest.raises(ValueError, match="bad index 30") as raised:
         next(iterator)
     frames = [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)]
@@ -190,7 +190,7 @@ def test_closing_in_a_run_ends_the_epoch_and_keeps_the_counts(backend: str) -> N
     iterator = iter(loader)
     for _ in range(10):
         next(iterator)
-    assert iterator._run_left > 0
+    assert iterator._run.left > 0
     iterator.close()
     assert loader.state_dict()["consumed"] == 10
     assert loader.stats is not None
