@@ -31,7 +31,16 @@ from math import fsum
 from operator import sub
 from typing import Any, Final, NamedTuple
 
-__all__ = ["RUN_MAX", "Direct", "direct_of", "durations", "ends", "narrowed", "taken"]
+__all__ = [
+    "RUN_MAX",
+    "Direct",
+    "direct_of",
+    "durations",
+    "ends",
+    "narrowed",
+    "settle_nothing",
+    "taken",
+]
 
 #: The longest run a layer with no reason of its own to stop earlier offers: a run's
 #: ``marks`` are settled at its end, and this keeps them short.
@@ -44,6 +53,10 @@ class Direct(NamedTuple):
     limit: int
     take: Callable[[], Any]
     settle: Callable[[], None]
+
+
+def settle_nothing() -> None:
+    """The ``settle`` of a layer that counts nothing (and of no run at all)."""
 
 
 def direct_of(layer: object, marks: list[float]) -> Direct | None:

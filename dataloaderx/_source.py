@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from threading import get_ident
 from typing import Generic, TypeVar
 
-from dataloaderx._direct import RUN_MAX, Direct
+from dataloaderx._direct import RUN_MAX, Direct, settle_nothing
 
 __all__ = ["GuardedSource"]
 
@@ -61,7 +61,7 @@ class GuardedSource(Generic[T]):
 
     def direct(self, marks: list[float]) -> Direct:
         """A direct run's bottom: batches are made by this source's own ``next``."""
-        return Direct(RUN_MAX, self.__next__, _settled)
+        return Direct(RUN_MAX, self.__next__, settle_nothing)
 
     def replay(self, error: BaseException) -> None:
         """Make the next ``next()`` raise ``error`` instead of reading the iterator."""
@@ -100,7 +100,3 @@ class GuardedSource(Generic[T]):
         release, self._release = self._release, None
         if release is not None:
             release()
-
-
-def _settled() -> None:
-    """Nothing to account for: the guard counts nothing."""

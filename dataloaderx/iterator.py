@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx._direct import direct_of, taken
+from dataloaderx._direct import direct_of, settle_nothing, taken
 from dataloaderx._handoff_imports import import_handoff_modules
 from dataloaderx._read_ahead import open_read_ahead_bounded, read_ahead_limit
 from dataloaderx._source import GuardedSource
@@ -66,10 +66,6 @@ _OWN_ATTRIBUTES: Final = frozenset(
 ASK_GAP_MAX: Final = 8
 
 
-def _no_settle() -> None:
-    """What there is to settle when no direct run was ever taken."""
-
-
 class _Run:
     """The direct run under way: batches left in it, how to make one, how to account
     for those made, and each one's start and end times (see :mod:`dataloaderx._direct`).
@@ -83,7 +79,7 @@ class _Run:
     def __init__(self, take: Callable[[], Any]) -> None:
         self.left = 0
         self.take = take
-        self.settle: Callable[[], None] = _no_settle
+        self.settle: Callable[[], None] = settle_nothing
         self.marks: list[float] = []
 
 

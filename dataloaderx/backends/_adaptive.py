@@ -41,7 +41,7 @@ from __future__ import annotations
 import enum
 import multiprocessing
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter, thread_time
 from typing import Any, Final, Generic, TypeVar
 
@@ -224,16 +224,7 @@ class AdaptiveStream(Generic[T]):
         except BaseException:
             self._last_end = None  # as in __next__: a failed batch ends no cycle
             raise
-        end = perf_counter()
-        last = self._last_end
-        self._last_end = end
-        self.mode_log.counts[INLINE] += 1
-        if last is not None:
-            self._steady.append(end - last)
-            self._steady_left -= 1
-            if not self._steady_left:
-                self._hand_over_steady()
-                self._follow_policy()
+        self._made_steady((perf_counter(),))
         return batch
 
     def direct(self, marks: list[float]) -> Direct | None:
@@ -243,13 +234,14 @@ class AdaptiveStream(Generic[T]):
             return None
 
         def settle() -> None:
-            self._settle_direct(marks)
+            self._made_steady(ends(marks))
 
         return narrowed(direct_of(self._direct, marks), self._steady_left, settle)
 
-    def _settle_direct(self, marks: list[float]) -> None:
-        """Account for a direct run's batches as :meth:`_next_steady` does for each."""
-        made = ends(marks)
+    def _made_steady(self, made: Sequence[float]) -> None:
+        """Account for batches of a steady inline run, in hand at the times ``made``: each
+        ends a cycle (but the first after a failure), kept for the policy until the run
+        is over."""
         self.mode_log.counts[INLINE] += len(made)
         if self._closed:
             return  # as in close(): the cycles of an unfinished run are dropped
