@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from dataloaderx._direct import Direct, direct_of, narrowed, taken
+from dataloaderx._direct import Direct, DirectRun, direct_of, narrowed
 from dataloaderx.backends.base import Backend, BatchStream, pass_on
 
 __all__ = ["Position", "TrackedBackend"]
@@ -25,8 +25,8 @@ class Position:
 
     ``consumed`` counts the ``next()`` calls that handed out a batch or raised that
     batch's error (each uses up one batch of the epoch): those counted one by one
-    (``settled``) and the batches of a direct run under way (``pending``, its
-    ``marks``; see :mod:`dataloaderx._direct`). ``finished`` is set once the epoch
+    (``settled``) and the batches of a direct run under way (``pending``; see
+    :mod:`dataloaderx._direct`). ``finished`` is set once the epoch
     raised ``StopIteration``; ``state`` is the snapshot made with the latest batch handed
     out (or the one given at the start).
     """
@@ -35,7 +35,7 @@ class Position:
 
     def __init__(self, consumed: int = 0, state: Any = None) -> None:
         self.settled = consumed
-        self.pending: list[float] | None = None
+        self.pending: DirectRun | None = None
         self.finished = False
         self.state = state
 
@@ -43,7 +43,7 @@ class Position:
     def consumed(self) -> int:
         """Batches of the epoch the loop has had (or had the error of)."""
         pending = self.pending
-        return self.settled if pending is None else self.settled + taken(pending)
+        return self.settled if pending is None else self.settled + pending.taken()
 
 
 class _RecordingSource(Generic[T]):
@@ -122,7 +122,7 @@ class _CountingStream(BatchStream[T]):
         if self._snapshots:
             self._position.state = self._snapshots.popleft()
 
-    def direct(self, marks: list[float]) -> Direct | None:
+    def direct(self, run: DirectRun) -> Direct | None:
         """The stream's direct runs, counted in as they go; none where each batch
         carries a snapshot of the source's state."""
         if self._snapshots is not None:
@@ -130,11 +130,11 @@ class _CountingStream(BatchStream[T]):
         position = self._position
 
         def settle() -> None:
-            position.settled += taken(marks)
+            position.settled += run.taken()
 
-        found = narrowed(direct_of(self._stream, marks), None, settle)
+        found = narrowed(direct_of(self._stream, run), None, settle)
         if found is not None:
-            position.pending = marks
+            position.pending = run
         return found
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from torch.utils.data.dataloader import _DatasetKind, _SingleProcessDataLoaderIter
 
-from dataloaderx._direct import Direct, direct_of, narrowed, taken
+from dataloaderx._direct import Direct, DirectRun, direct_of, narrowed
 from dataloaderx.backends.base import Backend, BatchStream, pass_on
 
 __all__ = ["open_read_ahead_bounded", "read_ahead_limit"]
@@ -60,13 +60,13 @@ class _Bounded(Generic[T]):
         self._left -= 1  # a call that raises used up its batch of indices too
         return next(self._source)
 
-    def direct(self, marks: list[float]) -> Direct | None:
+    def direct(self, run: DirectRun) -> Direct | None:
         """The source's direct runs, no longer than the batches left before the limit."""
 
         def settle() -> None:
-            self._left -= taken(marks)
+            self._left -= run.taken()
 
-        return narrowed(direct_of(self._source, marks), self._left, settle)
+        return narrowed(direct_of(self._source, run), self._left, settle)
 
 
 class _ReopeningStream(Generic[T]):
@@ -94,9 +94,9 @@ class _ReopeningStream(Generic[T]):
         self._stream = self._backend.open(self._source)
         return next(self._stream)
 
-    def direct(self, marks: list[float]) -> Direct | None:
+    def direct(self, run: DirectRun) -> Direct | None:
         """The current stream's direct runs (its source is bounded while it must be)."""
-        return None if self._stream is None else direct_of(self._stream, marks)
+        return None if self._stream is None else direct_of(self._stream, run)
 
     def close(self) -> None:
         """Close the current stream; safe to call more than once."""

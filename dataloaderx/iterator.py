@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import weakref
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx._direct import direct_of, settle_nothing, taken
+from dataloaderx._direct import TIMED_TAIL, DirectRun, direct_of, no_take, settle_nothing
 from dataloaderx._handoff_imports import import_handoff_modules
 from dataloaderx._read_ahead import open_read_ahead_bounded, read_ahead_limit
 from dataloaderx._source import GuardedSource
@@ -28,6 +29,7 @@ def _shut_down(
     source: GuardedSource[Any],
     owner_pid: int,
     stats: StatsRecorder | None,
+    run: DirectRun,
 ) -> None:
     if os.getpid() != owner_pid:
         # A forked child (a DataLoader worker, say) inherited this iterator: its thread
@@ -43,6 +45,8 @@ def _shut_down(
         if stats is not None:
             stats.freeze_usage()
         source.close(timeout=max(0.0, deadline - time.monotonic()))
+        # The resume position and stats may keep the run: not the iterator it took from.
+        run.take = no_take
 
 
 _OWN_ATTRIBUTES: Final = frozenset(
@@ -55,6 +59,7 @@ _OWN_ATTRIBUTES: Final = frozenset(
         "_stats",
         "_buffered",
         "_run",
+        "_settle",
         "_ask_in",
         "_ask_gap",
     }
@@ -64,23 +69,6 @@ _OWN_ATTRIBUTES: Final = frozenset(
 #: after this many more batches at most (1, 2, 4, ... up to it): asking costs a call per
 #: layer, and a stream that prefetches says no to every question.
 ASK_GAP_MAX: Final = 8
-
-
-class _Run:
-    """The direct run under way: batches left in it, how to make one, how to account
-    for those made, and each one's start and end times (see :mod:`dataloaderx._direct`).
-
-    Its own small object: ``PrefetchIterator`` defines ``__getattr__``, which makes
-    every attribute read on it take the slow path, and these are read on every batch.
-    """
-
-    __slots__ = ("left", "marks", "settle", "take")
-
-    def __init__(self, take: Callable[[], Any]) -> None:
-        self.left = 0
-        self.take = take
-        self.settle: Callable[[], None] = settle_nothing
-        self.marks: list[float] = []
 
 
 class PrefetchIterator(ClosesOnExit, Generic[T_co]):
@@ -95,8 +83,10 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
     Where the stream offers a direct run (batches made inline: ``sync``, or a steady
     inline run of an adaptive backend), ``next()`` takes them straight from the source
     and every layer accounts for them in bulk at the end of the run
-    (:mod:`dataloaderx._direct`): the same batches, errors and counts, for about one
-    Python call per batch instead of one per layer.
+    (:mod:`dataloaderx._direct`): the same batches, errors and counts, for one Python
+    call per batch instead of one per layer. The run is its own small slotted object:
+    this class defines ``__getattr__``, which makes every attribute read on it take the
+    slow path, and the run's are read on every batch.
     """
 
     def __init__(
@@ -120,10 +110,11 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         if stats is not None:
             stats.usage = getattr(self._stream, "buffer_usage", None)
             stats.mode_log = getattr(self._stream, "mode_log", None)
+        self._run = DirectRun()
+        self._settle: Callable[[], None] = settle_nothing
         self._finalizer = weakref.finalize(
-            self, _shut_down, self._stream, self._source, os.getpid(), stats
+            self, _shut_down, self._stream, self._source, os.getpid(), stats, self._run
         )
-        self._run = _Run(self._source.__next__)
         # next() calls left before asking the stream for a direct run again, and the
         # gap after the next answer of no.
         self._ask_in = 0
@@ -134,23 +125,35 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
 
     def __next__(self) -> T_co:
         run = self._run
-        if run.left:
-            run.left -= 1
-            start = perf_counter()
-            try:
-                batch: T_co = run.take()
-            except BaseException as error:  # noqa: BLE001 - raised again, through the layers
-                # Counted by no layer yet: the source raises it again to the next call,
-                # made through every layer, which each handle it as always.
-                self._source.replay(error)
-                self._end_run()
-                return self._next_through_layers()
-            marks = run.marks
-            marks.append(start)
-            marks.append(perf_counter())
-            if not run.left:
-                self._end_run()
-            return batch
+        left = run.left
+        if left:
+            run.busy = True
+            if not run.closing:
+                left -= 1
+                start = perf_counter()
+                try:
+                    batch: T_co = run.take()
+                except BaseException as error:  # noqa: BLE001 - raised again, through the layers
+                    run.busy = False
+                    # Counted by no layer yet: the source raises it again to the next call,
+                    # made through every layer, which each handle it as always.
+                    self._source.replay(error)
+                    self._end_run()
+                    return self._next_through_layers()
+                end = perf_counter()
+                run.seconds += end - start
+                if left < TIMED_TAIL:
+                    run.ends[left] = end
+                run.left = left
+                run.busy = False
+                if run.closing:  # close() came while the batch was being made
+                    self._source.release_after_take()
+                if not left or end > run.deadline:
+                    self._end_run()
+                return batch
+            run.busy = False
+            self._end_run()
+            return self._next_through_layers()
         if self._ask_in:
             self._ask_in -= 1
         elif self._start_run():
@@ -160,34 +163,39 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
     @property
     def _num_yielded(self) -> int:
         """Batches handed out so far, as PyTorch's iterator counts them."""
-        return self._yielded + taken(self._run.marks)
+        return self._yielded + self._run.taken()
 
     def _start_run(self) -> bool:
         """Take the direct run the stream offers, if any; say whether there is one."""
         run = self._run
-        direct = direct_of(self._stream, run.marks)
+        run.deadline = math.inf
+        direct = direct_of(self._stream, run)
         if direct is None:
             self._ask_in = self._ask_gap
             self._ask_gap = min(2 * self._ask_gap, ASK_GAP_MAX)
             return False
         self._ask_gap = 1
-        run.left, run.take, run.settle = direct
+        run.limit = run.left = direct.limit
+        run.seconds = 0.0
+        run.take = direct.take
+        self._settle = direct.settle
         if self._stats is not None:
-            self._stats.pending = run.marks
+            self._stats.pending = run
         return True
 
     def _end_run(self) -> None:
-        """Account for the run's batches in every layer (which may start another run)."""
+        """Account for the run's batches in every layer."""
         run = self._run
-        run.left = 0
-        marks = run.marks
+        settle, self._settle = self._settle, settle_nothing
+        run.take = no_take
         try:
-            run.settle()
+            settle()
             if self._stats is not None:
-                self._stats.record_direct(marks)
+                self._stats.record_direct(run)
         finally:
-            self._yielded += taken(marks)
-            marks.clear()
+            self._yielded += run.taken()
+            run.limit = run.left = 0
+            run.forget_ends()
 
     def _next_through_layers(self) -> T_co:
         if self._stats is not None:
@@ -224,7 +232,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         Safe to call more than once.
         """
         self._finalizer()
-        if self._run.marks:
+        if self._run.limit:
             self._end_run()
 
     @property

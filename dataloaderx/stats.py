@@ -13,12 +13,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import chain
 from threading import get_ident
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
-from dataloaderx._direct import Direct, direct_of, durations, taken
+from dataloaderx._direct import Direct, DirectRun, direct_of
 
 if TYPE_CHECKING:
     from dataloaderx.backends._depth_control import BufferUsage
@@ -174,9 +173,9 @@ class StatsRecorder:
         self._frozen_usage: BufferUsage | None = None
         #: Set by the iterator when the backend's stream reports its prefetch mode.
         self.mode_log: ModeReport | None = None
-        #: The ``marks`` of the iterator's direct runs: batches made and handed out, not
-        #: yet recorded (see :mod:`dataloaderx._direct`).
-        self.pending: list[float] | None = None
+        #: The iterator's direct run: its batches made and handed out are not yet
+        #: recorded (see :mod:`dataloaderx._direct`).
+        self.pending: DirectRun | None = None
 
     def record_next(self, start: float, end: float, buffered: int, delivered: bool) -> None:
         """Account for one ``next()`` call of the consumer."""
@@ -207,25 +206,19 @@ class StatsRecorder:
         if self.trace is not None:
             self.trace.append(("produce", start, end))
 
-    def record_direct(self, marks: list[float]) -> None:
+    def record_direct(self, run: DirectRun) -> None:
         """Account for a direct run's batches: made inline, each handed out as made."""
-        count = taken(marks)
+        count = run.taken()
         if not count:
             return
-        seconds = durations(marks)
+        seconds = run.seconds
         self.wait_seconds += seconds
         self.produce_seconds += seconds
         self.batches += count
         self.occupancy[0] += count
-        self.ended = marks[-1]
+        latest = run.latest_ends()
+        self.ended = latest[-1] if latest else perf_counter()
         self._last_end = None
-        if self.trace is not None:
-            pairs = list(zip(marks[0::2], marks[1::2], strict=True))
-            self.trace.extend(
-                chain.from_iterable(
-                    (("produce", start, end), ("wait", start, end)) for start, end in pairs
-                )
-            )
 
     def _current_usage(self) -> BufferUsage | None:
         return self._frozen_usage if self.usage is None else self.usage()
@@ -246,7 +239,7 @@ class StatsRecorder:
 
     def snapshot(self) -> LoaderStats:
         """Return the figures so far as an immutable :class:`LoaderStats`."""
-        if self.pending:
+        if self.pending is not None and self.pending.taken():
             # A direct run is under way: count its batches in, on a copy.
             recorder = copy.copy(self)
             recorder.occupancy = list(self.occupancy)
@@ -291,10 +284,11 @@ class TimedSource(Generic[T]):
         finally:
             self._recorder.record_produce(start, perf_counter())
 
-    def direct(self, marks: list[float]) -> Direct | None:
+    def direct(self, run: DirectRun) -> Direct | None:
         """The source's direct runs, unchanged: the iterator that takes a direct run's
-        batches records them, made inline, with :meth:`StatsRecorder.record_direct`."""
-        return direct_of(self._source, marks)
+        batches records them, made inline, with :meth:`StatsRecorder.record_direct`.
+        None while every batch is traced (a run times its batches only in bulk)."""
+        return None if self._recorder.trace is not None else direct_of(self._source, run)
 
 
 class EpochStats:

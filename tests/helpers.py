@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import threading
 import time
 import warnings
@@ -16,7 +17,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from dataloaderx import get_backend
-from dataloaderx.backends._mode_decision import Cycle
+from dataloaderx.backends._mode_decision import STEADY_TAIL, Cycle
 from dataloaderx.options import backend_option_names
 
 Pair = namedtuple("Pair", ["left", "right"])
@@ -268,11 +269,22 @@ class SwitchingPolicy:
     ``k % probe_every == 1`` are probed (timed); runs of other inline batches are steady.
     """
 
-    def __init__(self, pattern: str = "IPPIPPPIIIIP", probe_every: int = 3) -> None:
+    def __init__(
+        self,
+        pattern: str = "IPPIPPPIIIIP",
+        probe_every: int = 3,
+        steady_budget: float = math.inf,
+    ) -> None:
         self.pattern = pattern
         self.probe_every = probe_every
+        #: What :meth:`steady_seconds` answers, and how often a run overran it.
+        self.steady_budget = steady_budget
+        self.overruns = 0
         self.index = 0
+        #: The cycles observed one by one, and the latest of each bulk ...
         self.observed: list[Any] = []
+        #: ... and how many cycles were observed in all.
+        self.cycles = 0
         #: ``helper_processes`` as given to each :meth:`start_epoch`.
         self.helper_processes: list[bool] = []
         #: The size of each bulk hand-over of a steady inline run.
@@ -298,6 +310,7 @@ class SwitchingPolicy:
     def observe(self, cycle: Any) -> None:
         self.observed.append(cycle)
         self.index += 1
+        self.cycles += 1
 
     def _steady_at(self, index: int) -> bool:
         return self.pattern[index % len(self.pattern)] == "I" and index % self.probe_every != 1
@@ -309,9 +322,17 @@ class SwitchingPolicy:
         self._granted = run
         return run
 
-    def observe_steady(self, seconds: Any) -> None:
-        assert 0 < len(seconds) <= self._granted, "more cycles than steady_cycles() allowed"
+    def observe_steady(self, count: int, latest: Any) -> None:
+        assert 0 < count <= self._granted, "more cycles than steady_cycles() allowed"
+        assert min(count, STEADY_TAIL) <= len(latest) <= count, "too few or too many times"
         self._granted = 0
-        self.bulk.append(len(seconds))
-        for value in seconds:
-            self.observe(Cycle("inline", value, 0.0))
+        self.bulk.append(count)
+        self.observed.extend(Cycle("inline", value, 0.0) for value in latest)
+        self.index += count
+        self.cycles += count
+
+    def steady_seconds(self, cycles: int) -> float:
+        return self.steady_budget
+
+    def steady_overran(self) -> None:
+        self.overruns += 1

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import pytest
+
 from dataloaderx.backends._mode_decision import (
+    CHECK_GAP_MAX,
     CLEAR_LOSS_AFTER,
     CONFIRM_AFTER,
     DRIFT_WINDOW,
@@ -15,9 +19,11 @@ from dataloaderx.backends._mode_decision import (
     INLINE,
     INLINE_PROBE,
     INLINE_PROBE_MORE,
+    OVERRUN_FACTOR,
     PREFETCH,
     PREFETCH_PROBE,
     PROBE_MAX,
+    STEADY_TAIL,
     Cycle,
     Mode,
     ModeChooser,
@@ -110,17 +116,21 @@ def run(
     seed: int = 0,
     helper_processes: bool = True,
     bulk: bool = False,
+    cut_overruns: bool = False,
 ) -> list[Mode]:
     """Feed ``batches`` cycles of one epoch; return the mode each batch was made in.
 
     With ``bulk``, cycles of steady runs go to the chooser as the adaptive stream hands
-    them over: collected while :meth:`ModeChooser.steady_cycles` allows, then at once.
+    them over: collected while :meth:`ModeChooser.steady_cycles` allows, then at once;
+    with ``cut_overruns`` too, a run whose cycles add up to more than
+    :meth:`ModeChooser.steady_seconds` allows ends there, as the stream cuts it.
     """
     rng = random.Random(seed)
     modes: list[Mode] = []
     chooser.start_epoch(helper_processes=helper_processes)
     steady: list[float] = []
     allowed = 0
+    budget = math.inf
     for index in range(start, start + batches):
         mode = chooser.wanted
         modes.append(mode)
@@ -128,13 +138,17 @@ def run(
         cycle = noisy(load.prefetch() if mode == PREFETCH else load.inline(), rng, spread)
         if bulk and not allowed and not chooser.probing:
             allowed = chooser.steady_cycles()
+            budget = chooser.steady_seconds(allowed) if cut_overruns else math.inf
         if not allowed:
             chooser.observe(cycle)
             continue
         steady.append(cycle.seconds)
         allowed -= 1
-        if not allowed or index == start + batches - 1:  # the run or the epoch ends
-            chooser.observe_steady(steady)
+        overran = allowed > 0 and sum(steady) > budget
+        if not allowed or overran or index == start + batches - 1:  # the run or epoch ends
+            chooser.observe_steady(len(steady), steady[-STEADY_TAIL:])
+            if overran:
+                chooser.steady_overran()
             steady, allowed = [], 0
     return modes
 
@@ -314,7 +328,8 @@ def test_a_change_mid_run_is_re_decided_once() -> None:
     def workload(index: int) -> Workload:
         return fast if index < 300 else overlapping
 
-    modes = run(chooser, workload, 2000, spread=0.2, seed=1)
+    # As the adaptive stream hands cycles over: in bulk, and cut short when they grow.
+    modes = run(chooser, workload, 2000, spread=0.2, seed=1, bulk=True, cut_overruns=True)
     assert modes[250:300] == [INLINE] * 50
     assert chooser.decisions == 2
     assert chooser.rechecks == 1
@@ -441,18 +456,74 @@ def test_cycles_handed_over_in_bulk_decide_exactly_as_one_by_one() -> None:
             assert decide_many_epochs(True, workload, epoch) == one_by_one, (name, epoch)
 
 
-def test_steady_runs_end_where_a_check_could_change_the_mode() -> None:
+@pytest.mark.parametrize(
+    ("cycle_ms", "check_gap"),
+    [
+        (5.0, DRIFT_WINDOW // 2),  # a half window: 80 ms of cycles
+        (0.3, 166),  # 50 ms of cycles
+        (0.01, CHECK_GAP_MAX),  # 50 ms would be 5000 cycles
+    ],
+)
+def test_steady_runs_end_where_a_check_could_change_the_mode(
+    cycle_ms: float, check_gap: int
+) -> None:
     chooser = ModeChooser()
-    run(chooser, lambda _: Workload(step=0.01 * MS, produce=0.3 * MS, parallel=1.0), 40)
+    workload = Workload(step=0.0, produce=cycle_ms * MS, parallel=1.0)
+    run(chooser, lambda _: workload, 40)
     assert chooser.wanted == INLINE
     assert not chooser.probing
     runs = []
     for _ in range(20):
         allowed = chooser.steady_cycles()
         runs.append(allowed)
-        chooser.observe_steady([0.3 * MS] * allowed)
-    # Up to the next drift check every half window, then a half window each time.
-    assert 1 <= runs[0] <= DRIFT_WINDOW // 2
-    assert runs[1:] == [DRIFT_WINDOW // 2] * 19
+        chooser.observe_steady(allowed, [workload.inline().seconds] * min(allowed, STEADY_TAIL))
+    # Up to the next drift check, then from check to check.
+    assert 1 <= runs[0] <= DRIFT_WINDOW
+    assert runs[1:] == [check_gap] * 19
+    assert chooser.rechecks == 0
     chooser.start_epoch()
     assert chooser.steady_cycles() == 0  # the epoch's first batch is observed alone
+
+
+def test_a_drift_of_tiny_cycles_is_seen_within_a_few_checks() -> None:
+    # Batches of 10 microseconds: checks are CHECK_GAP_MAX cycles apart (long steady
+    # runs), and a change of the cost still starts a re-check within three of them.
+    tiny = Workload(step=0.0, produce=0.01 * MS, parallel=1.0)
+    overlapping = Workload(step=0.2 * MS, produce=0.2 * MS)  # prefetching pays
+    changed_at = 4000
+    for bulk in (False, True):
+        chooser = ModeChooser()
+        modes = run(
+            chooser,
+            lambda index: tiny if index < changed_at else overlapping,
+            8000,
+            bulk=bulk,
+        )
+        assert modes[changed_at - 1] == INLINE
+        first_prefetched = modes.index(PREFETCH, changed_at)
+        assert first_prefetched <= changed_at + 3 * CHECK_GAP_MAX, bulk
+        assert chooser.rechecks == 1
+        assert chooser.wanted == PREFETCH
+
+
+def test_a_steady_run_whose_cycles_grow_is_cut_short_and_checked_soon() -> None:
+    # Checks spaced for batches of 10 microseconds would come CHECK_GAP_MAX batches of
+    # 20 ms later; cut at its time budget, the run ends within a few batches of the
+    # change, and the next check comes within half a window.
+    tiny = Workload(step=0.0, produce=0.01 * MS, parallel=1.0)
+    slow = Workload(step=20 * MS, produce=20 * MS)  # prefetching halves the cycle
+    changed_at = 3000
+
+    def workload(index: int) -> Workload:
+        return tiny if index < changed_at else slow
+
+    cut = ModeChooser()
+    modes = run(cut, workload, changed_at + 2 * CHECK_GAP_MAX, bulk=True, cut_overruns=True)
+    assert cut.rechecks == 1
+    assert modes.index(PREFETCH, changed_at) <= changed_at + 3 * DRIFT_WINDOW
+    # Prefetching now: its budget follows the cycles measured since.
+    expected = OVERRUN_FACTOR * 100 * slow.prefetch().seconds
+    assert cut.steady_seconds(100) == pytest.approx(expected)
+    late = ModeChooser()
+    modes = run(late, workload, changed_at + 2 * CHECK_GAP_MAX, bulk=True)
+    assert modes.index(PREFETCH, changed_at) > changed_at + 3 * DRIFT_WINDOW

@@ -223,7 +223,7 @@ def test_steady_inline_runs_tell_the_policy_of_every_cycle_in_bulk() -> None:
     policy = SwitchingPolicy("PPIIIIIIIIIIIIII", probe_every=16)
     stream = start_adaptive_stream(counting(300, made_in), backend="test", depth=2, policy=policy)
     assert list(stream) == list(range(300))
-    assert len(policy.observed) == 300  # each batch once: one by one or in bulk
+    assert policy.cycles == 300  # each batch once: one by one or in bulk
     assert sum(policy.bulk) > 150
     assert max(policy.bulk) > 1
     # Made where the policy said: inline runs in this thread, the rest by producers.
@@ -236,7 +236,7 @@ def test_an_epoch_that_ends_in_a_steady_run_hands_over_its_last_cycles() -> None
     policy = SwitchingPolicy("PIII" + "I" * 60, probe_every=64)
     stream = start_adaptive_stream(iter(range(40)), backend="test", depth=2, policy=policy)
     assert list(stream) == list(range(40))
-    assert len(policy.observed) == 40
+    assert policy.cycles == 40
     assert policy.bulk[-1] < 40  # a partial run, handed over at the end
 
 
@@ -275,7 +275,7 @@ def test_a_failed_batch_in_a_steady_run_ends_no_cycle() -> None:
     assert got == [*range(12), "batch 12", *range(13, 30)]
     # Every outcome ends a cycle the policy hears of, but the failure and the batch
     # after it (whose cycle would include the loop's handling of the error).
-    assert len(policy.observed) == 30 - 2
+    assert policy.cycles == 30 - 2
 
 
 def test_closing_in_a_steady_run_stops_it_and_tells_the_policy_nothing_more() -> None:
@@ -284,11 +284,11 @@ def test_closing_in_a_steady_run_stops_it_and_tells_the_policy_nothing_more() ->
     for _ in range(20):
         next(stream)
     stream.close()
-    observed = len(policy.observed)
+    observed = policy.cycles
     with pytest.raises(StopIteration):
         next(stream)
     stream.close()
-    assert len(policy.observed) == observed
+    assert policy.cycles == observed
 
 
 class CountingChooser(ModeChooser):
@@ -303,10 +303,10 @@ class CountingChooser(ModeChooser):
         self.cycles += 1
         super().observe(cycle)
 
-    def observe_steady(self, seconds: Sequence[float]) -> None:
-        self.cycles += len(seconds)
-        self.in_bulk += len(seconds)
-        super().observe_steady(seconds)
+    def observe_steady(self, count: int, latest: Sequence[float]) -> None:
+        self.cycles += count
+        self.in_bulk += count
+        super().observe_steady(count, latest)
 
 
 def test_the_measured_decision_hears_of_every_batch_of_an_inline_loader() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import traceback
 import weakref
 from typing import Any
@@ -13,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from dataloaderx import DataLoaderX, prefetch
 from dataloaderx import iterator as iterator_module
-from dataloaderx._direct import Direct, narrowed
+from dataloaderx._direct import Direct, DirectRun, narrowed
 from dataloaderx.backends import _adaptive
 from dataloaderx.backends._adaptive import AdaptiveStream
 from dataloaderx.backends.sync import _InlineStream
@@ -83,7 +84,7 @@ def test_state_dict_between_two_batches_of_a_run_counts_every_batch(
     )
     iterator = iter(loader)
     seen = [next(iterator) for _ in range(37)]
-    while not iterator._run.marks:  # until a direct run is under way, not yet settled
+    while not iterator._run.taken():  # until a direct run is under way, not yet settled
         seen.append(next(iterator))
     state = loader.state_dict()
     assert state["consumed"] == len(seen)
@@ -98,31 +99,45 @@ def test_state_dict_between_two_batches_of_a_run_counts_every_batch(
 
 @pytest.mark.parametrize("backend", INLINE_BACKENDS)
 def test_stats_count_the_batches_of_a_run_under_way_and_when_it_ends(backend: str) -> None:
-    loader = inline_loader(
-        backend, RangeDataset(200), batch_size=1, backend_options={"stats": "trace"}
-    )
+    loader = inline_loader(backend, RangeDataset(200), batch_size=1)
     iterator = iter(loader)
-    for _ in range(21):
+    handed_out = 0
+    while handed_out < 21 or not iterator._run.taken():  # a run under way, not settled
         next(iterator)
+        handed_out += 1
     middle = loader.stats
     assert middle is not None
-    assert middle.batches == 21
-    assert middle.occupancy[0] == 21
-    assert middle.wait_seconds > 0
-    assert len(middle.trace) == 2 * 21
+    assert middle.batches == handed_out
+    assert middle.occupancy[0] == handed_out
+    assert 0 < middle.wait_seconds <= middle.elapsed_seconds
     list(iterator)
     done = loader.stats
     assert done is not None
     assert done.batches == 200
     assert sum(done.occupancy) == 201  # and the call that ended the epoch
-    assert 0 < done.produce_seconds <= done.wait_seconds
+    assert 0 < done.produce_seconds <= done.wait_seconds <= done.elapsed_seconds
     assert done.producer_blocked_seconds is None  # no producer thread made a batch
-    kinds = [kind for kind, _, _ in done.trace]
-    assert kinds.count("wait") == 201
-    assert kinds.count("produce") == 201
     if backend == "thread":
         assert done.mode is not None
         assert done.mode.endswith("0 of 200 batches prefetched")
+
+
+@pytest.mark.parametrize("backend", INLINE_BACKENDS)
+def test_a_traced_epoch_times_every_batch_one_by_one(backend: str) -> None:
+    loader = inline_loader(
+        backend, RangeDataset(100), batch_size=1, backend_options={"stats": "trace"}
+    )
+    iterator = iter(loader)
+    for _ in range(30):
+        next(iterator)
+        assert not iterator._run.limit  # no direct run: it would time batches in bulk
+    list(iterator)
+    done = loader.stats
+    assert done is not None
+    kinds = [kind for kind, _, _ in done.trace]
+    assert kinds.count("wait") == 101
+    assert kinds.count("produce") == 101
+    assert done.batches == 100
 
 
 @pytest.mark.parametrize("backend", INLINE_BACKENDS)
@@ -245,10 +260,10 @@ def test_a_stream_that_prefetches_is_seldom_asked_for_a_run(
     asked = 0
     original = iterator_module.direct_of
 
-    def counted(layer: object, marks: list[float]) -> Direct | None:
+    def counted(layer: object, run: DirectRun) -> Direct | None:
         nonlocal asked
         asked += 1
-        return original(layer, marks)
+        return original(layer, run)
 
     monkeypatch.setattr(iterator_module, "direct_of", counted)
     loader = DataLoaderX(RangeDataset(400), batch_size=1, backend_options={"adaptive": False})
@@ -256,13 +271,17 @@ def test_a_stream_that_prefetches_is_seldom_asked_for_a_run(
     assert asked <= 400 // iterator_module.ASK_GAP_MAX + 4
 
 
+@pytest.mark.parametrize("steady_budget", [math.inf, 0.0])
 def test_runs_between_prefetched_batches_hand_every_cycle_to_the_policy(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, steady_budget: float
 ) -> None:
+    # With a budget of no time at all, every run is cut after its first batch.
     policies: list[SwitchingPolicy] = []
 
     def new_policy() -> SwitchingPolicy:
-        policies.append(SwitchingPolicy("PPP" + "I" * 29, probe_every=64))
+        policies.append(
+            SwitchingPolicy("PPP" + "I" * 29, probe_every=64, steady_budget=steady_budget)
+        )
         return policies[-1]
 
     monkeypatch.setattr(_adaptive, "new_policy", new_policy)
@@ -273,8 +292,13 @@ def test_runs_between_prefetched_batches_hand_every_cycle_to_the_policy(
         assert_same_events(run_events(iter(loader)), expected)
     (policy,) = policies
     # Every batch but the failures and the batch after each ends a cycle.
-    assert len(policy.observed) == 2 * (320 - 2 * 2 - 1)
-    assert max(policy.bulk) > 16  # long runs, handed over in bulk
+    assert policy.cycles == 2 * (320 - 2 * 2 - 1)
+    if steady_budget:
+        assert max(policy.bulk) > 16  # long runs, handed over in bulk
+        assert policy.overruns == 0
+    else:
+        assert max(policy.bulk) == 1
+        assert policy.overruns > 100
 
 
 def test_prefetch_of_any_iterable_takes_direct_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,9 +29,11 @@ Switching protocol (details and shutdown in ``docs/design.md``):
 
 Timing costs two ``perf_counter()`` calls per batch; CPU times and producer timings are
 taken only while the policy probes, so the decision works with ``stats`` off too. In a
-steady inline run (:meth:`ModePolicy.steady_cycles`) a batch costs one ``perf_counter()``
-and a list append: the cycles go to the policy in bulk, at the points where they could
-change its decision, and at the end of the epoch. The iterator may take such a run's
+steady inline run (:meth:`ModePolicy.steady_cycles`) a batch costs one ``perf_counter()``:
+the cycles go to the policy in bulk, at the points where they could change its decision
+(the latest :data:`~dataloaderx.backends._mode_decision.STEADY_TAIL` of them, which is
+all it needs, and how many), at the end of the epoch, and when the run takes longer
+than :meth:`ModePolicy.steady_seconds` allows. The iterator may take such a run's
 batches straight from the source (:meth:`AdaptiveStream.direct`), and this stream then
 accounts for them when the run ends, as for batches it made itself.
 """
@@ -39,19 +41,23 @@ accounts for them when the run ends, as for batches it made itself.
 from __future__ import annotations
 
 import enum
+import math
 import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain, islice
+from operator import sub
 from time import perf_counter, thread_time
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx._direct import Direct, direct_of, ends, narrowed
+from dataloaderx._direct import Direct, DirectRun, direct_of, narrowed
 from dataloaderx.backends._depth_control import BufferUsage, fixed_usage
 from dataloaderx.backends._depth_options import DepthSpec
 from dataloaderx.backends._engine import ThreadedStream, start_thread_stream
 from dataloaderx.backends._mode_decision import (
     INLINE,
     PREFETCH,
+    STEADY_TAIL,
     Cycle,
     Mode,
     ModeChooser,
@@ -161,8 +167,12 @@ class AdaptiveStream(Generic[T]):
         self._probing = False
         #: Cycles left in the current steady inline run (0: none runs) ...
         self._steady_left = 0
-        #: ... and those of its cycles not yet handed to the policy.
-        self._steady: list[float] = []
+        #: ... and how many of its cycles were not yet handed to the policy, the latest of
+        #: them kept (all the policy needs of them).
+        self._steady_count = 0
+        self._steady: deque[float] = deque(maxlen=STEADY_TAIL)
+        #: When the steady run should be over by (``perf_counter``), at the latest.
+        self._steady_deadline = math.inf
         #: The source without the pause check, which only a producer thread needs.
         self._direct = source
         self.mode_log = ModeLog(policy)
@@ -224,45 +234,55 @@ class AdaptiveStream(Generic[T]):
         except BaseException:
             self._last_end = None  # as in __next__: a failed batch ends no cycle
             raise
-        self._made_steady((perf_counter(),))
+        self._made_steady(1, (perf_counter(),))
         return batch
 
-    def direct(self, marks: list[float]) -> Direct | None:
+    def direct(self, run: DirectRun) -> Direct | None:
         """The rest of a steady inline run, for the loop to take straight from the
         source (see :mod:`dataloaderx._direct`); none while anything else runs."""
         if not self._steady_left or self._inline_prepare is not None or self._handout is not None:
             return None
 
         def settle() -> None:
-            self._made_steady(ends(marks))
+            self._made_steady(run.taken(), run.latest_ends())
 
-        return narrowed(direct_of(self._direct, marks), self._steady_left, settle)
+        found = narrowed(direct_of(self._direct, run), self._steady_left, settle)
+        if found is not None:
+            run.deadline = min(run.deadline, self._steady_deadline)
+        return found
 
-    def _made_steady(self, made: Sequence[float]) -> None:
-        """Account for batches of a steady inline run, in hand at the times ``made``: each
+    def _made_steady(self, count: int, ends: Sequence[float]) -> None:
+        """Account for ``count`` batches of a steady inline run, the last of them in hand
+        at the times ``ends`` (all of them, or at least the last ``STEADY_TAIL + 1``): each
         ends a cycle (but the first after a failure), kept for the policy until the run
         is over."""
-        self.mode_log.counts[INLINE] += len(made)
-        if self._closed:
+        self.mode_log.counts[INLINE] += count
+        if self._closed or not count:
             return  # as in close(): the cycles of an unfinished run are dropped
         last = self._last_end
-        cycles = self._steady
-        for end in made:
-            if last is not None:
-                cycles.append(end - last)
-                self._steady_left -= 1
-            last = end
-        self._last_end = last
+        known = ends if last is None or len(ends) < count else chain((last,), ends)
+        self._steady.extend(map(sub, islice(ends, 1 if known is ends else 0, None), known))
+        cycles = count if last is not None else count - 1
+        self._steady_count += cycles
+        self._steady_left -= cycles
+        # Unknown when a run stopped before its last batches (an error, or close()).
+        last = self._last_end = ends[-1] if ends else None
         if not self._steady_left:
             self._hand_over_steady()
+            self._follow_policy()
+        elif last is not None and last > self._steady_deadline:
+            self._hand_over_steady()
+            self._policy.steady_overran()
             self._follow_policy()
 
     def _hand_over_steady(self) -> None:
         self._steady_left = 0
-        cycles = self._steady
-        if cycles:
-            self._steady = []
-            self._policy.observe_steady(cycles)
+        count = self._steady_count
+        if count:
+            self._steady_count = 0
+            latest = list(self._steady)
+            self._steady.clear()
+            self._policy.observe_steady(count, latest)
 
     def _next_batch(self) -> tuple[T, Mode | None]:
         threaded = self._threaded
@@ -322,7 +342,10 @@ class AdaptiveStream(Generic[T]):
         if probing:
             self._last_cpu = thread_time()
         elif threaded is None and wanted == INLINE and not self._first:
-            self._steady_left = policy.steady_cycles()
+            cycles = self._steady_left = policy.steady_cycles()
+            if cycles:
+                start = perf_counter() if self._last_end is None else self._last_end
+                self._steady_deadline = start + policy.steady_seconds(cycles)
 
     def close(self) -> None:
         """Stop the producer thread, if one runs; safe to call twice."""

@@ -66,6 +66,13 @@ class SmallBatchesOnly:
         # Never in bulk: any batch may be the large one that must switch to prefetching.
         return 0
 
-    def observe_steady(self, seconds: Sequence[float]) -> None:
+    def observe_steady(self, count: int, latest: Sequence[float]) -> None:
         if self.large is None:
-            self._decision.observe_steady(seconds)
+            self._decision.observe_steady(count, latest)
+
+    def steady_seconds(self, cycles: int) -> float:
+        return self._decision.steady_seconds(cycles)
+
+    def steady_overran(self) -> None:
+        if self.large is None:
+            self._decision.steady_overran()

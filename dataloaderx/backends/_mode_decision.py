@@ -53,9 +53,14 @@ The decision is kept across epochs (a backend instance lives as long as its load
 re-checked when the cycle drifts: when the median of the last :data:`DRIFT_WINDOW` cycles
 moves by more than :data:`DRIFT_FACTOR` (and :data:`DRIFT_MIN_SECONDS`), at two checks in
 a row, from the median of the first full window after the decision (a new epoch with a
-different cost, a change of step time). A re-check runs steps 2-4 again, so that the two
-modes are measured next to each other in time: a machine whose speed drifts (other
-jobs on it) then moves both alike.
+different cost, a change of step time). Checks are half a window apart, or
+:data:`CHECK_SECONDS` of cycles apart where that is more (up to :data:`CHECK_GAP_MAX`
+cycles, at the latest check's median): a drift is still seen within a fraction of a
+second, and the cycles between two checks can be handed over at once. Should the cycles
+grow meanwhile, a steady run that takes :data:`OVERRUN_FACTOR` times longer than that
+median allows is cut short, and the next check comes within half a window. A re-check
+runs steps 2-4 again, so that the two modes are measured next to each other in time: a
+machine whose speed drifts (other jobs on it) then moves both alike.
 Each re-check doubles the number of batches that must pass before the next one may
 start, so a cost that keeps changing cannot make the modes oscillate. A re-check of an
 inline decision already knows the new inline cycle (the window that drifted): its
@@ -65,12 +70,15 @@ inline, when prefetching is :data:`CLEAR_LOSS` times slower than that.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Sequence
 from typing import Final, Literal, NamedTuple, Protocol
 
 __all__ = [
+    "CHECK_GAP_MAX",
+    "CHECK_SECONDS",
     "CLEAR_LOSS",
     "CLEAR_LOSS_AFTER",
     "CONFIRM_AFTER",
@@ -80,8 +88,10 @@ __all__ = [
     "INLINE",
     "INLINE_PROBE",
     "INLINE_PROBE_MORE",
+    "OVERRUN_FACTOR",
     "PREFETCH",
     "PREFETCH_PROBE",
+    "STEADY_TAIL",
     "Cycle",
     "Mode",
     "ModeChooser",
@@ -126,8 +136,22 @@ TIE_MARGIN: Final = 0.03
 #: Cycles in the window whose median is watched for drift (checked every half window):
 #: enough that batches from worker processes, which arrive in bursts, keep a steady median.
 DRIFT_WINDOW: Final = 32
+#: The latest cycles of a steady run the policy needs (see ``ModePolicy.observe_steady``).
+STEADY_TAIL: Final = DRIFT_WINDOW
+#: The window's median is checked every half window, or less often where cycles are short:
+#: every this many seconds of cycles (at the median of the check before) ...
+CHECK_SECONDS: Final = 0.05
+#: ... but at least every this many cycles. Long steady inline runs are what make a
+#: batch of microseconds cost no more than ``DataLoader``'s: the cycles between two
+#: checks can reach the policy in one bulk (see :meth:`ModePolicy.steady_cycles`).
+CHECK_GAP_MAX: Final = 1024
+#: A steady run of ``n`` cycles is cut short once it took this many times ``n`` cycles of
+#: the latest check's median: checks spaced for short cycles would otherwise come late
+#: after the cost per batch went up. (Generous: a burst of batches from worker
+#: processes makes the mean cycle several times the median.)
+OVERRUN_FACTOR: Final = 4.0
 #: A re-check starts when the window's median changes by more than this factor, at two
-#: checks in a row (half a window apart): worker processes deliver batches in bursts.
+#: checks in a row: worker processes deliver batches in bursts.
 DRIFT_FACTOR: Final = 2.0
 #: ... and by more than this many seconds: about what starting and stopping a producer
 #: thread costs, so a smaller drift cannot pay for a re-check.
@@ -194,11 +218,23 @@ class ModePolicy(Protocol):
         ``wanted``, ``probing`` or this answer, so they may be handed over in bulk.
         """
 
-    def observe_steady(self, seconds: Sequence[float]) -> None:
-        """Account for cycles made in the wanted mode, at most :meth:`steady_cycles`.
+    def observe_steady(self, count: int, latest: Sequence[float]) -> None:
+        """Account for ``count`` cycles made in the wanted mode, at most
+        :meth:`steady_cycles`; ``latest`` are the seconds of the last of them (all of
+        them, or at least the last :data:`STEADY_TAIL`).
 
-        The effect is that of :meth:`observe` with each ``Cycle(wanted, s, ...)``.
+        The effect is that of :meth:`observe` with a ``Cycle(wanted, s, ...)`` for each.
         """
+
+    def steady_seconds(self, cycles: int) -> float:
+        """The most seconds ``cycles`` steady cycles should take (``math.inf``: no bound).
+
+        A steady run that takes longer is cut short there, its cycles handed over, and
+        :meth:`steady_overran` called: the cost per batch went up while the run lasted.
+        """
+
+    def steady_overran(self) -> None:
+        """A steady run took longer than :meth:`steady_seconds` allowed."""
 
 
 def _enough(cycles: Sequence[object], least: int, seconds: float) -> bool:
@@ -212,6 +248,14 @@ def _spread(cycles: Sequence[float]) -> float:
     quarter = len(ordered) // 4
     middle = ordered[quarter : len(ordered) - quarter]
     return (middle[-1] - middle[0]) / statistics.median(ordered)
+
+
+def _check_gap(median: float) -> int:
+    """Cycles from one drift check to the next, after one that found ``median``."""
+    half = DRIFT_WINDOW // 2
+    if median <= CHECK_SECONDS / CHECK_GAP_MAX:
+        return CHECK_GAP_MAX
+    return max(half, min(CHECK_GAP_MAX, int(CHECK_SECONDS / median)))
 
 
 def _ms(seconds: float) -> str:
@@ -249,6 +293,10 @@ class ModeChooser:
         #: During a re-check of an inline decision: the median inline cycle that drifted.
         self._drifted_inline: float | None = None
         self._gap = FIRST_RECHECK_GAP
+        #: The drift window's median is checked once ``_since_decision`` reaches this ...
+        self._next_check = DRIFT_WINDOW // 2
+        #: ... and was this at the latest check (in the mode decided).
+        self._check_median: float | None = None
         #: Whether worker processes may make this epoch's batches (see ``start_epoch``).
         self._helper_processes = True
         self._drifted = False
@@ -305,19 +353,30 @@ class ModeChooser:
         if self._unconfirmed:
             return CONFIRM_AFTER - since
         # The next drift check, or the next re-confirmation if that comes first.
-        quiet = DRIFT_WINDOW // 2 - since % (DRIFT_WINDOW // 2)
+        quiet = max(self._next_check - since, DRIFT_WINDOW - len(self._window), 1)
         again = self._reconfirm_at
         if again is not None:
             quiet = min(quiet, max(again - since, DRIFT_WINDOW - len(self._window)))
         return quiet
 
-    def observe_steady(self, seconds: Sequence[float]) -> None:
-        if not seconds:
+    def steady_seconds(self, cycles: int) -> float:
+        median = self._check_median
+        return math.inf if median is None else OVERRUN_FACTOR * cycles * median
+
+    def steady_overran(self) -> None:
+        # Checks were spaced for the short cycles of before: look again soon.
+        self._next_check = min(self._next_check, self._since_decision + DRIFT_WINDOW // 2)
+
+    def observe_steady(self, count: int, latest: Sequence[float]) -> None:
+        if not latest:
+            # Cycles whose times are unknown (a run cut short): counted, not watched.
+            self._since_decision += count
             return
-        # None of these but the last can reach a check (see ``steady_cycles``).
-        self._since_decision += len(seconds) - 1
-        self._window.extend(seconds[:-1])
-        self._watch_drift(seconds[-1])
+        # None of these but the last can reach a check (see ``steady_cycles``), and the
+        # window only keeps the latest.
+        self._since_decision += count - 1
+        self._window.extend(latest[:-1])
+        self._watch_drift(latest[-1])
 
     def _observe_probe(self, cycle: Cycle) -> None:
         if cycle.mode != self._probe:
@@ -424,6 +483,8 @@ class ModeChooser:
         self._inline = []
         self._window.clear()
         self._since_decision = 0
+        self._next_check = DRIFT_WINDOW // 2
+        self._check_median = None
         self._drifted = False
         self._drifted_inline = None
         self.decisions += 1
@@ -436,6 +497,8 @@ class ModeChooser:
         self._inline = []
         self._window.clear()
         self._since_decision = 0
+        self._next_check = DRIFT_WINDOW // 2
+        self._check_median = None
         self._probe = INLINE
 
     def _watch_drift(self, seconds: float) -> None:
@@ -454,11 +517,11 @@ class ModeChooser:
             self._reconfirm_at = None
             self._start_confirmation(statistics.fmean(window))
             return
-        # Checked every half window, which is often enough and keeps the cost per batch
-        # at a few hundred nanoseconds.
-        if since % (DRIFT_WINDOW // 2) or len(window) < DRIFT_WINDOW:
+        if since < self._next_check or len(window) < DRIFT_WINDOW:
             return
         median = statistics.median(window)
+        self._next_check = since + _check_gap(median)
+        self._check_median = median
         reference = self._reference
         if reference is None:
             # Measured in the chosen mode once it settled, not during the probe (a

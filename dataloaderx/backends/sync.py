@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypeVar
 
-from dataloaderx._direct import Direct, direct_of
+from dataloaderx._direct import Direct, DirectRun, direct_of
 from dataloaderx.backends.base import Backend, BatchStream
 from dataloaderx.registry import register_backend
 
@@ -21,9 +21,9 @@ class _InlineStream(BatchStream[T]):
     def __next__(self) -> T:
         return next(self._source)
 
-    def direct(self, marks: list[float]) -> Direct | None:
+    def direct(self, run: DirectRun) -> Direct | None:
         """Every batch may be taken straight from the source: this stream adds nothing."""
-        return direct_of(self._source, marks)
+        return direct_of(self._source, run)
 
     def close(self) -> None:
         """Nothing runs in the background, so there is nothing to stop."""
