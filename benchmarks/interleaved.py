@@ -14,12 +14,16 @@ loader is built once and its first epoch, where the adaptive default decides, ru
 and untimed; its mode line says what that decision cost. A later epoch in which a
 producer thread ran is counted in the last column (the other loader's turn then counts
 as that loader's step, so such epochs are not a fair comparison).
+
+The ``bare wrapper`` row is the floor for any loader written in Python: a ``DataLoader``
+whose iterator is wrapped in a class whose ``next()`` only calls PyTorch's.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from time import perf_counter
 from typing import Any
 
@@ -28,6 +32,34 @@ from no_regression import PythonBound, TinyTensors, python_step
 
 #: Loaders that make batches in the loop's thread once decided (others would overlap).
 INTERLEAVED = ("sync", "thread", "auto")
+FLOOR = "bare wrapper"
+
+
+class _BareIterator:
+    __slots__ = ("_next",)
+
+    def __init__(self, iterator: Iterator[Any]) -> None:
+        self._next = iterator.__next__
+
+    def __iter__(self) -> _BareIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self._next()
+
+
+class BareWrapper:
+    """``loader``'s batches through one Python ``next()`` call each, and nothing else."""
+
+    def __init__(self, loader: Iterable[Any]) -> None:
+        self._loader = loader
+
+    def __iter__(self) -> _BareIterator:
+        return _BareIterator(iter(self._loader))
+
+
+def bare_wrapper(factory: bench.LoaderFactory) -> BareWrapper:
+    return BareWrapper(factory())
 
 
 def interleaved_epoch(
@@ -68,8 +100,12 @@ def main() -> None:
     first_epochs: list[str] = []
     for case, (factories, step) in cases.items():
         baseline = factories[bench.BASELINE]()
+        wrapped: dict[str, bench.LoaderFactory] = {
+            FLOOR: partial(bare_wrapper, factories[bench.BASELINE]),
+            **{name: factories[name] for name in INTERLEAVED if name in factories},
+        }
         loaders = bench.kept_loaders(
-            {name: factories[name] for name in INTERLEAVED if name in factories},
+            wrapped,
             lambda loader, s=step: bench.time_epoch(loader, s),
             case,
             first_epochs,
