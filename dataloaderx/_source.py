@@ -118,8 +118,12 @@ class GuardedSource(Generic[T]):
         run = self._run
         if run is not None:
             run.closing = True
-            if run.busy and (run.thread == get_ident() or not _wait_for_take(run, timeout)):
-                return False  # the taker releases on its way out
+            if run.busy:
+                started = time.monotonic()
+                if run.thread == get_ident() or not _wait_for_take(run, timeout):
+                    return False  # the taker releases on its way out
+                if timeout is not None:  # one budget for both waits
+                    timeout = max(0.0, timeout - (time.monotonic() - started))
         if self._holder == get_ident():
             return False  # a finaliser inside our own next(), which releases on its way out
         waited = 0.0
