@@ -26,9 +26,9 @@ class Position:
     ``consumed`` counts the ``next()`` calls that handed out a batch or raised that
     batch's error (each uses up one batch of the epoch): those counted one by one
     (``settled``) and the batches of a direct run under way (``pending``; see
-    :mod:`dataloaderx._direct`). ``finished`` is set once the epoch
-    raised ``StopIteration``; ``state`` is the snapshot made with the latest batch handed
-    out (or the one given at the start).
+    :mod:`dataloaderx._direct`). ``finished`` is set once the epoch raised
+    ``StopIteration``; ``state`` is the snapshot made with the latest batch handed out
+    (or the one given at the start).
     """
 
     __slots__ = ("finished", "pending", "settled", "state")

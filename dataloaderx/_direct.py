@@ -15,9 +15,8 @@ snapshot is taken per batch, a third-party stream) answers ``None``, and so does
 layer above it. The iterator then calls ``take()`` at most ``limit`` times, timing each
 batch (``perf_counter``) into the :class:`DirectRun`, and calls ``settle()`` once at the
 end of the run: each layer then accounts for :meth:`DirectRun.taken` batches as if they
-had passed through it. A layer whose figures
-must be exact between two batches (the resume position) keeps a reference to the run and
-counts its batches in.
+had passed through it. A layer whose figures must be exact between two batches (the
+resume position) keeps a reference to the run and counts its batches in.
 
 A ``take()`` that raises ends the run before its batch is counted: the source replays
 the same exception to the next call, and the iterator makes that call through every
@@ -27,8 +26,8 @@ The per-batch work is a few reads and writes of the run's slots: no call but ``t
 and the two clock reads, no lock, no list that grows, and no time kept but those of the
 run's last batches. Right after a batch of a few tiny tensors has been collated, a
 list's ``append``, a lock, or a float object made a few hundred batches earlier and read
-back now each cost more than all the rest. The guarded source keeps
-its promise without its lock through the run's ``busy`` and ``closing`` flags (see
+back now each cost more than all the rest. The guarded source keeps its promise
+without its lock through the run's ``busy`` and ``closing`` flags (see
 :class:`~dataloaderx._source.GuardedSource`).
 """
 

@@ -243,7 +243,6 @@ class StatsRecorder:
             # A direct run is under way: count its batches in, on a copy.
             recorder = copy.copy(self)
             recorder.occupancy = list(self.occupancy)
-            recorder.trace = None if self.trace is None else list(self.trace)
             recorder.pending = None
             recorder.record_direct(self.pending)
             return recorder.snapshot()

@@ -45,7 +45,7 @@ import math
 import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain, islice
+from itertools import chain
 from operator import sub
 from time import perf_counter, thread_time
 from typing import Any, Final, Generic, TypeVar
@@ -260,19 +260,20 @@ class AdaptiveStream(Generic[T]):
         if self._closed or not count:
             return  # as in close(): the cycles of an unfinished run are dropped
         last = self._last_end
-        known = ends if last is None or len(ends) < count else chain((last,), ends)
-        self._steady.extend(map(sub, islice(ends, 1 if known is ends else 0, None), known))
+        if last is not None and len(ends) == count:  # the first cycle starts at ``last``
+            self._steady.extend(map(sub, ends, chain((last,), ends)))
+        else:
+            self._steady.extend(map(sub, ends[1:], ends))
         cycles = count if last is not None else count - 1
         self._steady_count += cycles
         self._steady_left -= cycles
         # Unknown when a run stopped before its last batches (an error, or close()).
         last = self._last_end = ends[-1] if ends else None
-        if not self._steady_left:
+        overran = last is not None and last > self._steady_deadline
+        if not self._steady_left or overran:
             self._hand_over_steady()
-            self._follow_policy()
-        elif last is not None and last > self._steady_deadline:
-            self._hand_over_steady()
-            self._policy.steady_overran()
+            if overran:
+                self._policy.steady_overran()
             self._follow_policy()
 
     def _hand_over_steady(self) -> None:
