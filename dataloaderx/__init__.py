@@ -7,13 +7,13 @@ Change ``DataLoader(...)`` to ``DataLoaderX(...)``; pick a prefetch backend with
 from __future__ import annotations
 
 from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.errors import (
     BackendUnavailableError,
     ConfigError,
     ResumeStateError,
     UnknownBackendError,
 )
-from dataloaderx.iterator import PrefetchIterator
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.prefetching import Prefetched, SizedPrefetched, prefetch
 from dataloaderx.registry import (

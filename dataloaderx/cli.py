@@ -19,17 +19,13 @@ def _first_line(text: str | None) -> str:
 
 
 def _options_text(backend_class: type[Any]) -> str:
-    parameters = inspect.signature(backend_class).parameters.values()
     shown = []
-    for parameter in parameters:
+    for parameter in inspect.signature(backend_class).parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
-        annotation = parameter.annotation
-        type_name = (
-            annotation
-            if isinstance(annotation, str)
-            else getattr(annotation, "__name__", repr(annotation))
-        )
+        type_name = parameter.annotation
+        if not isinstance(type_name, str):
+            type_name = getattr(type_name, "__name__", repr(type_name))
         default = "" if parameter.default is parameter.empty else f" = {parameter.default!r}"
         shown.append(f"{parameter.name}: {type_name}{default}")
     return ", ".join(shown) or "(none)"
@@ -67,12 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("backends", help="list the registered prefetch backends and options")
     from dataloaderx.bench.cli import add_arguments
 
-    add_arguments(
-        commands.add_parser(
-            "bench",
-            help="measure whether training waits for data, with DataLoader and each backend",
-        )
-    )
+    help_text = "measure whether training waits for data, with DataLoader and each backend"
+    add_arguments(commands.add_parser("bench", help=help_text))
     return parser
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from dataloaderx._suggest import did_you_mean, quoted
 from dataloaderx.errors import ConfigError
+from dataloaderx.util.suggest import did_you_mean, quoted
 
 __all__ = ["SUPPORTED_SUFFIXES", "TARGET_KEY", "load_config_file", "loader_kwargs"]
 
@@ -94,8 +94,7 @@ def loader_kwargs(
         raise ConfigError(
             "config must not hold 'dataset'; pass the dataset as from_config's first argument"
         )
-    parameters = inspect.signature(cls).parameters
-    valid = [name for name in parameters if name != "dataset"]
+    valid = [name for name in inspect.signature(cls).parameters if name != "dataset"]
     unknown = [key for key in settings if key not in valid]
     if unknown:
         details = "; ".join(f"{key!r}{did_you_mean(str(key), valid)}" for key in unknown)

@@ -9,12 +9,13 @@ from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from dataloaderx._resume import ResumeTracker
-from dataloaderx._source import GuardedSource
 from dataloaderx.backends.base import Backend
-from dataloaderx.iterator import PrefetchIterator
+from dataloaderx.epoch.feed import Feed
+from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.options import BackendSpec, resolve_backend
+from dataloaderx.resume.tracker import ResumeTracker
 from dataloaderx.stats import EpochStats, LoaderStats
 
 __all__ = ["DataLoaderX"]
@@ -25,20 +26,17 @@ T_co = TypeVar("T_co", covariant=True)
 class DataLoaderX(DataLoader[T_co]):
     """A drop-in ``torch.utils.data.DataLoader`` that prefetches batches.
 
-    Every ``DataLoader`` argument works unchanged. Two keyword-only arguments pick how
-    batches are prefetched:
+    Every ``DataLoader`` argument works unchanged; two keyword-only ones pick how batches are
+    prefetched. Both are validated here, before any thread or worker process starts, and kept as
+    the attributes ``backend`` and ``backend_options``, so that frameworks which rebuild a loader
+    from its attributes keep them.
 
     Args:
         backend: a registered backend name such as ``"thread"``, ``"background"`` or
             ``"sync"``; a mapping with a ``"name"`` key plus options, such as
-            ``{"name": "thread", "depth": 4}``; or ``None`` for the
-            ``DATALOADERX_BACKEND`` environment variable, else ``"thread"``.
-        backend_options: options for the backend, merged over those in a ``backend``
-            mapping.
-
-    Both are validated here, before any thread or worker process starts, and kept as
-    the attributes ``backend`` and ``backend_options`` so that frameworks which rebuild
-    a loader from its attributes keep them.
+            ``{"name": "thread", "depth": 4}``; or ``None`` for the ``DATALOADERX_BACKEND``
+            environment variable, else ``"thread"``.
+        backend_options: options for the backend, merged over those in a ``backend`` mapping.
     """
 
     backend: BackendSpec
@@ -72,7 +70,7 @@ class DataLoaderX(DataLoader[T_co]):
         self.backend = backend
         self.backend_options = backend_options
         self._previous_epoch: weakref.ref[PrefetchIterator[T_co]] | None = None
-        self._previous_source: GuardedSource[Any] | None = None
+        self._previous_source: Feed[Any] | None = None
         self._resume = ResumeTracker()
         super().__init__(
             dataset,
@@ -101,10 +99,9 @@ class DataLoaderX(DataLoader[T_co]):
 
     @property
     def stats(self) -> LoaderStats | None:
-        """Stall statistics of the latest (or current) epoch, or ``None``.
-
-        ``None`` before the first epoch and when ``backend_options={"stats": False}``.
-        ``loader.stats.summary()`` says whether training waited for data.
+        """Stall statistics of the latest (or current) epoch; ``None`` before the first epoch
+        and with ``backend_options={"stats": False}``. ``loader.stats.summary()`` says whether
+        training waited for data.
         """
         return self._stats.latest()
 
@@ -114,10 +111,9 @@ class DataLoaderX(DataLoader[T_co]):
     ) -> DataLoaderX[T_co]:
         """Build a loader from a mapping or a ``.yaml``/``.yml``, ``.toml`` or ``.json`` file.
 
-        The configuration holds ``DataLoaderX`` keyword arguments (``batch_size``,
-        ``num_workers``, ..., ``backend``, ``backend_options``); a Hydra-style
-        ``_target_`` naming this class is accepted. Unknown keys raise
-        :class:`~dataloaderx.ConfigError` naming each of them.
+        It holds ``DataLoaderX`` keyword arguments (``batch_size``, ``num_workers``, ...,
+        ``backend``, ``backend_options``); a Hydra-style ``_target_`` naming this class is
+        accepted. Unknown keys raise :class:`~dataloaderx.ConfigError` naming each of them.
         """
         from dataloaderx.config import loader_kwargs
 
@@ -126,15 +122,26 @@ class DataLoaderX(DataLoader[T_co]):
     def __iter__(self) -> PrefetchIterator[T_co]:  # type: ignore[override]
         reuses_workers = self.persistent_workers and self.num_workers > 0
         if reuses_workers:
-            self._let_go_of_shared_iterator()
-        with self._resume.epoch(self, self._prefetch_backend) as tracked_backend:
+            # Stop the previous epoch's producer and wait until it no longer uses the
+            # persistent-worker iterator, which ``super().__iter__()`` is about to reset.
+            previous = None if self._previous_epoch is None else self._previous_epoch()
+            if previous is not None:
+                previous.close()
+            if self._previous_source is not None:
+                self._previous_source.close(timeout=None)
+            self._previous_epoch = self._previous_source = None
+        with self._resume.epoch(self) as tracking:
             inner = super().__iter__()
-        release = None if reuses_workers else getattr(inner, "_shutdown_workers", None)
+        release = None
+        if isinstance(inner, _MultiProcessingDataLoaderIter) and not reuses_workers:
+            release = inner._shutdown_workers
         iterator = PrefetchIterator(
             inner,
-            tracked_backend,
+            self._prefetch_backend,
             release,
-            self._stats.start(self._prefetch_backend, self.num_workers),
+            stats=self._stats,
+            tracking=tracking,
+            num_workers=self.num_workers,
         )
         if reuses_workers:
             self._previous_epoch = weakref.ref(iterator)
@@ -142,29 +149,18 @@ class DataLoaderX(DataLoader[T_co]):
         return iterator
 
     def _get_iterator(self) -> Any:
-        if not self._backend_pins():
+        # If the backend pins every batch itself, DataLoader's pin-memory thread would only copy
+        # each one more time (on one thread): it is left out (``pin_memory`` reads True after).
+        # Without an accelerator, or with the deprecated ``pin_memory_device``, DataLoader only
+        # warns; that is left to it, so that the same warnings appear.
+        pins = self.pin_memory and not self.pin_memory_device and torch.accelerator.is_available()
+        if not (pins and self._prefetch_backend.pins_host_memory()):
             return super()._get_iterator()
-        # The backend pins every batch itself; DataLoader's pin-memory thread would only
-        # copy each one more time (on one thread). ``pin_memory`` reads True afterwards.
         self.pin_memory = False
         try:
             return super()._get_iterator()
         finally:
             self.pin_memory = True
-
-    def _backend_pins(self) -> bool:
-        """Whether DataLoader would pin batches here, and the backend does it instead.
-
-        Without an accelerator DataLoader only warns that it cannot pin, and with the
-        deprecated ``pin_memory_device`` it warns about that: both are left to it, so
-        that the same warnings appear.
-        """
-        return (
-            self.pin_memory
-            and not self.pin_memory_device
-            and torch.accelerator.is_available()
-            and self._prefetch_backend.pins_host_memory()
-        )
 
     @property
     def _index_sampler(self) -> Any:
@@ -189,14 +185,3 @@ class DataLoaderX(DataLoader[T_co]):
         with other arguments, is corrupt, or has a newer format version.
         """
         self._resume.load_state_dict(self, state_dict)
-
-    def _let_go_of_shared_iterator(self) -> None:
-        """Stop the previous epoch's producer and wait until it no longer uses the
-        persistent-worker iterator, which ``super().__iter__()`` is about to reset."""
-        previous = None if self._previous_epoch is None else self._previous_epoch()
-        if previous is not None:
-            previous.close()
-        if self._previous_source is not None:
-            self._previous_source.close(timeout=None)
-        self._previous_epoch = None
-        self._previous_source = None

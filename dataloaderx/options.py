@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from dataloaderx._suggest import did_you_mean, quoted
 from dataloaderx.backends.base import Backend
 from dataloaderx.errors import BackendUnavailableError, UnknownBackendError
 from dataloaderx.registry import get_backend
+from dataloaderx.util.suggest import did_you_mean, quoted
 
 __all__ = [
     "COMMON_OPTIONS",
@@ -36,13 +36,9 @@ BackendSpec = str | Mapping[str, Any] | None
 def backend_option_names(backend_class: type[Backend]) -> list[str] | None:
     """Return the option names ``backend_class`` accepts, or ``None`` if it takes any."""
     parameters = inspect.signature(backend_class).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return None
-    return [
-        p.name
-        for p in parameters
-        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
+    return [p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _split_spec(backend: BackendSpec) -> tuple[str, dict[str, Any]]:
@@ -71,27 +67,15 @@ def _split_spec(backend: BackendSpec) -> tuple[str, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class CommonOptions:
-    """Options every backend accepts, handled by the loader rather than the backend.
+    """Options every backend accepts, handled by the loader rather than the backend."""
 
-    ``stats``: ``True`` (default) records stall statistics (``loader.stats``), ``False``
-    turns them off, ``"trace"`` also keeps every batch's start and end times.
-    """
-
+    #: ``True`` records stall statistics (``loader.stats``), ``False`` turns them off,
+    #: ``"trace"`` also keeps every batch's start and end times.
     stats: bool | str = True
 
 
 #: Option names every backend accepts (see :class:`CommonOptions`).
 COMMON_OPTIONS: Final = tuple(f.name for f in fields(CommonOptions))
-
-
-def _common_options(backend: str, options: dict[str, Any]) -> CommonOptions:
-    """Remove the common options from ``options`` and return them, validated."""
-    stats = options.pop("stats", True)
-    if stats is not True and stats is not False and stats != "trace":
-        raise TypeError(
-            f"backend {backend!r} option 'stats' must be True, False or 'trace', got {stats!r}"
-        )
-    return CommonOptions(stats=stats)
 
 
 def resolve_backend(
@@ -100,10 +84,9 @@ def resolve_backend(
     """Resolve, check and construct the backend described by the two arguments.
 
     ``backend=None`` means the :data:`ENV_VAR` environment variable if set, else
-    :data:`DEFAULT_BACKEND`. ``backend_options`` is merged over options given in a
-    ``backend`` mapping. The options every backend accepts (:data:`COMMON_OPTIONS`) are
-    returned apart; the rest go to the backend's constructor. Starts no thread and
-    touches no device.
+    :data:`DEFAULT_BACKEND`. ``backend_options`` is merged over options in a ``backend``
+    mapping. The options every backend accepts (:data:`COMMON_OPTIONS`) are returned apart,
+    validated; the rest go to the backend's constructor. Starts no thread, touches no device.
     """
     name, options = _split_spec(backend)
     if backend_options is not None:
@@ -125,7 +108,12 @@ def resolve_backend(
     reason = backend_class.unavailable_reason()
     if reason is not None:
         raise BackendUnavailableError(reason)
-    common = _common_options(backend_class.name, options)
+    stats = options.pop("stats", True)
+    if stats is not True and stats is not False and stats != "trace":
+        raise TypeError(
+            f"backend {backend_class.name!r} option 'stats' must be True, False or 'trace', "
+            f"got {stats!r}"
+        )
     own = backend_option_names(backend_class)
     if own is not None:
         valid = [*own, *COMMON_OPTIONS]
@@ -135,7 +123,7 @@ def resolve_backend(
                     f"backend {backend_class.name!r} got an unknown option {option!r}; "
                     f"valid options: {quoted(valid)}{did_you_mean(str(option), valid)}"
                 )
-    return backend_class(**options), common
+    return backend_class(**options), CommonOptions(stats=stats)
 
 
 def make_backend(backend: BackendSpec, backend_options: Mapping[str, Any] | None) -> Backend:

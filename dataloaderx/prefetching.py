@@ -1,7 +1,5 @@
-"""``prefetch()``: apply a backend to any iterable of batches.
-
-Use it where a framework replaces the loader class, for example after
-``accelerate.Accelerator.prepare``: prepare first, then prefetch.
+"""``prefetch()``: apply a backend to any iterable of batches, for example where a framework
+replaces the loader class (``accelerate.Accelerator.prepare``: prepare first, then prefetch).
 """
 
 from __future__ import annotations
@@ -12,12 +10,12 @@ from typing import Any, Final, Generic, TypeVar, overload
 
 from torch.utils.data import DataLoader
 
-from dataloaderx._consumed import Position, TrackedBackend
-from dataloaderx._wrapper import ClosesOnExit, delegate
 from dataloaderx.backends.base import Backend
-from dataloaderx.iterator import PrefetchIterator
+from dataloaderx.epoch.iterator import PrefetchIterator
+from dataloaderx.epoch.position import Position, Tracking
 from dataloaderx.options import BackendSpec, make_backend, resolve_backend
 from dataloaderx.stats import EpochStats, LoaderStats
+from dataloaderx.util.wrapping import ClosesOnExit, delegate
 
 __all__ = ["Prefetched", "SizedPrefetched", "prefetch"]
 
@@ -25,44 +23,32 @@ T = TypeVar("T")
 
 
 def _release_for(iterable: Iterable[Any], inner: Iterator[Any]) -> Callable[[], None] | None:
-    """Return what frees the resources of one epoch's ``inner`` iterator, if anything.
-
-    PyTorch's loader iterator shuts its worker processes down, unless the loader keeps
-    them for the next epoch; anything else with a ``close()`` (a generator, as
-    accelerate's loaders return) is closed, which runs its ``finally`` blocks.
-    """
+    """What frees the resources of one epoch's ``inner``, if anything: a PyTorch loader
+    iterator's worker shutdown (unless the loader keeps its workers for the next epoch), else
+    ``close()`` (a generator's, as accelerate's loaders return, runs its ``finally`` blocks)."""
     shutdown = getattr(inner, "_shutdown_workers", None)
     if isinstance(iterable, DataLoader) and callable(shutdown):
-        keeps_workers = iterable.persistent_workers and iterable.num_workers > 0
-        return None if keeps_workers else shutdown
+        return None if iterable.persistent_workers and iterable.num_workers > 0 else shutdown
     close = getattr(inner, "close", None)
     return close if callable(close) else None
 
 
 def _view_with_prefetched_base(iterable: Iterable[Any], backend: Backend, stats: EpochStats) -> Any:
-    """For a loader that wraps a ``base_dataloader`` and updates shared per-batch state as
-    it yields (accelerate's ``gradient_state``: end of loader, remainder, accumulation),
-    return a copy of it whose base loader is prefetched instead; else ``None``.
-
-    Prefetching such a loader from the outside would update that state when the
-    producer reads a batch, up to ``depth`` batches early. The copy runs its own
-    iterator in the training loop's thread, so the state changes with the batches the
-    loop sees; the original loader is not modified.
-    """
-    attributes = getattr(iterable, "__dict__", None)
-    if not attributes or "gradient_state" not in attributes:
-        return None
+    """For a loader that wraps a ``base_dataloader`` and updates shared per-batch state as it
+    yields (accelerate's ``gradient_state``: end of loader, remainder, accumulation), return a
+    copy (the original is not modified) whose base loader is prefetched instead; else ``None``.
+    Prefetching the loader itself would update that state up to ``depth`` batches early; the
+    copy iterates in the loop's thread, so the state follows the batches the loop sees."""
+    attributes = getattr(iterable, "__dict__", None) or {}
     base = attributes.get("base_dataloader")
-    if not isinstance(base, Iterable):
+    if "gradient_state" not in attributes or not isinstance(base, Iterable):
         return None
     view = object.__new__(type(iterable))
-    vars(view).update(attributes)
-    vars(view)["base_dataloader"] = _wrap(base, backend, stats)
+    vars(view).update(attributes, base_dataloader=_wrap(base, backend, stats))
     update = getattr(view, "_update_state_dict", None)
     if callable(update):
-        # accelerate snapshots the base loader's state as the loop gets each batch
-        # (use_stateful_dataloader); keep the prepared loader's copy, which
-        # Accelerator.save_state() reads, equal to the view's.
+        # With use_stateful_dataloader, accelerate snapshots the base loader's state per batch;
+        # keep the prepared loader's copy (read by Accelerator.save_state()) equal to the view's.
         def update_both() -> None:
             update()
             attributes["dl_state_dict"] = vars(view).get("dl_state_dict")
@@ -104,18 +90,16 @@ _STATE_METHODS: Final = frozenset({"state_dict", "load_state_dict"})
 class Prefetched(ClosesOnExit, Generic[T]):
     """An iterable that prefetches the batches of ``iterable`` through a backend.
 
-    Each ``iter()`` starts one epoch and returns a :class:`~dataloaderx.PrefetchIterator`
-    (``next``, ``close``, ``with``; closed when the epoch ends or is garbage collected).
-    Starting an epoch closes the previous one first and waits until it no longer reads
-    the source, so one epoch runs at a time. A one-shot source (a generator, an
-    iterator) gives one epoch; a re-iterable one (a loader) gives one per ``iter()``.
-    Attributes not defined here, such as ``set_epoch`` or ``dataset``, are read from
-    the wrapped iterable.
+    Each ``iter()`` closes the previous epoch, waits until it no longer reads the source, and
+    starts a new one: a :class:`~dataloaderx.PrefetchIterator` (``next``, ``close``, ``with``;
+    closed when the epoch ends or is garbage collected). A one-shot source (a generator, an
+    iterator) gives one epoch, a re-iterable one (a loader) one per ``iter()``. Other
+    attributes, such as ``set_epoch`` or ``dataset``, are the iterable's.
 
     If the iterable has ``state_dict()`` and ``load_state_dict()`` (torchdata's
-    ``StatefulDataLoader``, a ``DataLoaderX``), so does this object: ``state_dict()``
-    returns the iterable's state as it was right after the last batch handed to the
-    loop was made, not the state of the batches prefetched beyond it.
+    ``StatefulDataLoader``, a ``DataLoaderX``), so does this object; ``state_dict()`` returns
+    the iterable's state right after the last batch handed to the loop was made (not after the
+    batches prefetched beyond it).
     """
 
     def __init__(self, iterable: Iterable[T], backend: Backend, stats: EpochStats) -> None:
@@ -126,8 +110,7 @@ class Prefetched(ClosesOnExit, Generic[T]):
         self._epochs_started = 0
         self._current: weakref.ref[PrefetchIterator[T]] | None = None
         view = _view_with_prefetched_base(iterable, backend, stats)
-        #: What each epoch iterates, the backend it runs through, and the prefetched
-        #: base loader inside it, if any.
+        #: What each epoch iterates and runs through, and the prefetched base loader in it.
         self._read: Iterable[T] = iterable if view is None else view
         self._runner = backend if view is None else make_backend("sync", None)
         self._base: Prefetched[Any] | None = None if view is None else view.base_dataloader
@@ -161,24 +144,29 @@ class Prefetched(ClosesOnExit, Generic[T]):
         release = _release_for(self._read, inner)
         if self._base is not None:
             release = _both(release, self._base.close)
-        recorder = None
-        if self._base is None:
-            recorder = self._stats.start(self._backend, getattr(self._read, "num_workers", 0))
-        iterator = PrefetchIterator(inner, self._tracked_runner(), release, recorder)
+        num_workers = getattr(self._read, "num_workers", 0)
+        iterator = PrefetchIterator(
+            inner,
+            self._runner,
+            release,
+            stats=self._stats if self._base is None else None,
+            tracking=self._tracking(),
+            num_workers=num_workers if isinstance(num_workers, int) else 0,
+        )
         self._epochs_started += 1
         self._current = weakref.ref(iterator)
         return iterator
 
-    def _tracked_runner(self) -> Backend:
-        """The backend for this epoch: with a stateful source (and no accelerate view,
-        which reports the state itself), each batch carries the source's state with it."""
+    def _tracking(self) -> Tracking | None:
+        """What this epoch records: with a stateful source (and no accelerate view, which
+        reports the state itself), each batch carries the source's state with it."""
         self._loaded_state = None
         state_dict = getattr(self._read, "state_dict", None)
         stateful = callable(state_dict) and callable(getattr(self._read, "load_state_dict", None))
         if self._base is not None or not stateful or state_dict is None:
-            return self._runner
+            return None
         self._position = Position(state=state_dict())
-        return TrackedBackend(self._runner, self._position, state_dict)
+        return Tracking(self._position, state_dict)
 
     def _consumed_state_dict(self) -> Any:
         """The source's ``state_dict()`` as of the last batch handed to the loop."""
@@ -197,20 +185,16 @@ class Prefetched(ClosesOnExit, Generic[T]):
         self._loaded_state = state_dict
 
     def close(self) -> None:
-        """Stop the running epoch, if any, as its iterator's ``close()`` does.
-
-        Safe to call more than once.
-        """
+        """Stop the running epoch, if any, as its iterator's ``close()`` does; safe to repeat."""
         self._finish_epoch(wait=False)
 
     def _finish_epoch(self, *, wait: bool) -> None:
         current = None if self._current is None else self._current()
         self._current = None
-        if current is None:
-            return
-        current.close()
-        if wait:
-            current.source.close(timeout=None)
+        if current is not None:
+            current.close()
+            if wait:
+                current.source.close(timeout=None)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._iterable!r}, backend={self._backend!r})"
@@ -255,22 +239,21 @@ def prefetch(
 ) -> Prefetched[T]:
     """Prefetch the batches of any iterable through a backend.
 
-    Works on an accelerate-prepared loader, a plain ``DataLoader``, a generator or any
-    other iterable of batches, with the guarantees of :class:`~dataloaderx.DataLoaderX`:
-    the same batches in the same order, the source's exceptions re-raised unchanged,
-    nothing left running after the epoch ends, ``break`` or ``close()``.
+    Works on an accelerate-prepared loader, a plain ``DataLoader``, a generator or any other
+    iterable of batches, with :class:`~dataloaderx.DataLoaderX`'s guarantees: the same batches
+    in the same order, the source's exceptions re-raised unchanged, nothing left running after
+    the epoch ends, ``break`` or ``close()``. Both arguments are validated here; no thread
+    starts until the first ``iter()``.
 
     Args:
         iterable: the batches; re-iterated once per epoch if it is re-iterable.
-        backend: as for :class:`~dataloaderx.DataLoaderX`: a name, a mapping with a
-            ``"name"`` key plus options, or ``None`` for ``DATALOADERX_BACKEND``, else
-            ``"thread"``.
+        backend: as for :class:`~dataloaderx.DataLoaderX`: a name, a mapping with a ``"name"``
+            key plus options, or ``None`` for ``DATALOADERX_BACKEND``, else ``"thread"``.
         backend_options: options merged over those in a ``backend`` mapping.
 
     Returns:
         A :class:`SizedPrefetched` (with ``len()``) if ``iterable`` has a length, else a
-        :class:`Prefetched`. Both arguments are validated here; no thread starts until
-        the first ``iter()``.
+        :class:`Prefetched`.
     """
     if not isinstance(iterable, Iterable):
         raise TypeError(

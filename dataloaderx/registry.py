@@ -1,26 +1,27 @@
 """The backend registry: built-ins, decorator registrations and entry-point plugins.
 
-Plugins declare ``name = "package.module:Class"`` in the entry-point group
-``dataloaderx.backends``. The group is read on the first lookup, not at import, and a
-plugin module is imported only when its name is used, so a broken plugin can never
-break ``import dataloaderx``. Built-in names win clashes.
+Built-ins are ``"module:Class"`` strings imported on first use, so the registry imports no
+backend (and no backend imports the registry). Plugins declare ``name = "package.module:Class"``
+in the entry-point group ``dataloaderx.backends``, read on the first lookup (not at import); a
+plugin module is imported only when its name is used, so a broken plugin can never break
+``import dataloaderx``. Built-in names win clashes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.metadata
 import threading
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, TypeVar
 
-from dataloaderx._suggest import did_you_mean, quoted
+from dataloaderx.backends.base import Backend
 from dataloaderx.errors import BackendUnavailableError, UnknownBackendError
-
-if TYPE_CHECKING:
-    from dataloaderx.backends.base import Backend
+from dataloaderx.util.suggest import did_you_mean, quoted
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -38,10 +39,8 @@ B = TypeVar("B", bound="type[Backend]")
 
 @dataclass(frozen=True)
 class BackendEntry:
-    """Where a registered backend comes from.
-
-    ``backend_class`` is ``None`` for a plugin that has not been imported yet.
-    """
+    """Where a registered backend comes from; ``backend_class`` is ``None`` for a plugin that
+    has not been imported yet."""
 
     name: str
     aliases: tuple[str, ...]
@@ -50,11 +49,29 @@ class BackendEntry:
     entry_point: importlib.metadata.EntryPoint | None = None
 
 
+#: The built-in backends, in the order they are listed: aliases and ``"module:Class"``.
+BUILTINS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    "background": (("prefetch_generator",), "dataloaderx.backends.background:BackgroundBackend"),
+    "sync": (("none",), "dataloaderx.backends.sync:SyncBackend"),
+    "thread": ((), "dataloaderx.backends.thread:ThreadBackend"),
+    "cuda": (("cuda_stream",), "dataloaderx.backends.cuda:CudaBackend"),
+    "auto": ((), "dataloaderx.backends.auto:AutoBackend"),
+}
+
 _lock = threading.RLock()
-_entries: dict[str, BackendEntry] = {}
-_aliases: dict[str, str] = {}
+_entries: dict[str, BackendEntry] = {
+    name: BackendEntry(
+        name,
+        aliases,
+        target.replace(":", "."),
+        entry_point=importlib.metadata.EntryPoint(name, target, ENTRY_POINT_GROUP),
+    )
+    for name, (aliases, target) in BUILTINS.items()
+}
+_aliases: dict[str, str] = {
+    alias: name for name, (aliases, _) in BUILTINS.items() for alias in aliases
+}
 _plugins_scanned = False
-_builtins_loaded = False
 _NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-.")
 
 
@@ -68,31 +85,26 @@ def _check_name(what: str, name: object) -> str:
 
 
 def _claimed_by(name: str) -> str | None:
-    canonical = _aliases.get(name, name)
-    entry = _entries.get(canonical)
+    entry = _entries.get(_aliases.get(name, name))
     return None if entry is None else entry.origin
 
 
 def register_backend(name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[B], B]:
     """Class decorator that registers a :class:`~dataloaderx.Backend` under ``name``.
 
-    Raises ``ValueError`` if the name or an alias is already taken.
+    Raises ``ValueError`` if the name or an alias is invalid or already taken.
     """
     _check_name("backend name", name)
     for alias in aliases:
         _check_name("backend alias", alias)
 
     def decorator(cls: B) -> B:
-        from dataloaderx.backends.base import Backend
-
         if not (isinstance(cls, type) and issubclass(cls, Backend)):
             raise TypeError(
                 f"register_backend({name!r}) decorates a subclass of dataloaderx.Backend, "
                 f"got {cls!r}"
             )
         with _lock:
-            if not _builtins_loaded and not cls.__module__.startswith("dataloaderx."):
-                _load_builtins()
             for key in (name, *aliases):
                 owner = _claimed_by(key)
                 if owner is not None:
@@ -114,14 +126,6 @@ def register_backend(name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[B
     return decorator
 
 
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
-    import dataloaderx.backends  # noqa: F401 - registers the built-in backends
-
-
 def _distribution_name(entry_point: importlib.metadata.EntryPoint) -> str:
     dist = getattr(entry_point, "dist", None)
     return dist.name if dist is not None else "an unknown distribution"
@@ -133,7 +137,6 @@ def _scan_plugins() -> None:
         if _plugins_scanned:
             return
         _plugins_scanned = True
-        _load_builtins()
         try:
             found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         except Exception as exc:  # noqa: BLE001 - broken metadata must not break lookups
@@ -163,11 +166,11 @@ def _scan_plugins() -> None:
             )
 
 
-def _load_plugin(entry: BackendEntry) -> type[Backend]:
-    from dataloaderx.backends.base import Backend
-
+def _load(entry: BackendEntry) -> type[Backend]:
+    """Import ``entry``'s class (a built-in's, or a plugin's) and keep it in the registry."""
     entry_point = entry.entry_point
-    assert entry_point is not None  # only plugin entries lack a class
+    if entry_point is None:  # a registered class was given; not reached
+        raise BackendUnavailableError(f"backend {entry.name!r} has no class to import")
     dist = _distribution_name(entry_point)
     try:
         loaded = entry_point.load()
@@ -184,19 +187,16 @@ def _load_plugin(entry: BackendEntry) -> type[Backend]:
         )
     loaded.name = entry.name
     with _lock:
-        _entries[entry.name] = BackendEntry(
-            name=entry.name,
-            aliases=(),
-            origin=entry.origin,
-            backend_class=loaded,
-            entry_point=entry_point,
-        )
+        _entries[entry.name] = dataclasses.replace(entry, backend_class=loaded)
     return loaded
 
 
 def registered_backends() -> Mapping[str, BackendEntry]:
-    """Return a read-only view of every registered backend, plugins included."""
+    """Return a read-only view of every registered backend, plugins included (built-ins hold
+    their class; a plugin's is ``None`` until its name is used)."""
     _scan_plugins()
+    for name in BUILTINS:
+        get_backend(name)
     return MappingProxyType(_entries)
 
 
@@ -209,8 +209,7 @@ def get_backend(name: str) -> type[Backend]:
     _scan_plugins()
     if not isinstance(name, str):
         raise TypeError(f"backend name must be a str, got {name!r} ({type(name).__name__})")
-    canonical = _aliases.get(name, name)
-    entry = _entries.get(canonical)
+    entry = _entries.get(_aliases.get(name, name))
     if entry is None:
         known = sorted([*_entries, *_aliases])
         aliases = f" (aliases: {quoted(sorted(_aliases))})" if _aliases else ""
@@ -218,16 +217,13 @@ def get_backend(name: str) -> type[Backend]:
             f"unknown backend {name!r}; available backends: "
             f"{quoted(_entries)}{aliases}{did_you_mean(name, known)}"
         )
-    if entry.backend_class is None:
-        return _load_plugin(entry)
-    return entry.backend_class
+    return entry.backend_class if entry.backend_class is not None else _load(entry)
 
 
 def available_backends() -> list[str]:
     """Return the names of the backends that can run on this machine, in registration order.
 
-    Plugins are imported to find out; one that fails to import is left out (its error
-    is raised when its name is used).
+    Plugins are imported to find out; one that fails to import is left out (and raises if used).
     """
     names = []
     for name in list(registered_backends()):

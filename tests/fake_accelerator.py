@@ -42,7 +42,7 @@ class Call:
 
 
 class RecordingAccelerator:
-    """Implements ``dataloaderx.backends._device_api.DeviceAPI`` and logs every call."""
+    """Implements ``dataloaderx.device.api.DeviceAPI`` and logs every call."""
 
     def __init__(self, device_count: int = 2) -> None:
         self.calls: list[Call] = []

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from dataloaderx import get_backend
-from dataloaderx.backends._mode_decision import STEADY_TAIL, Cycle
+from dataloaderx.backends.base import INLINE, PREFETCH, Cycles, Verdict
 from dataloaderx.options import backend_option_names
 
 Pair = namedtuple("Pair", ["left", "right"])
@@ -262,12 +262,16 @@ def always_prefetching(backend: str | Mapping[str, Any], **options: Any) -> dict
 
 
 class SwitchingPolicy:
-    """A prefetch-mode policy that switches on a fixed pattern, whatever the timings.
+    """A mode policy that switches on a fixed pattern, whatever the timings.
 
     Batch ``k`` of every epoch is made in ``pattern[k % len(pattern)]`` mode; the default
     pattern switches both ways several times within a few batches. Batches with
-    ``k % probe_every == 1`` are probed (timed); runs of other inline batches are steady.
+    ``k % probe_every == 1`` are measured, each reported on its own; other batches of
+    one mode are asked for in runs (at most 64), each to take ``steady_budget`` seconds
+    at most.
     """
+
+    reason = "scripted"
 
     def __init__(
         self,
@@ -277,62 +281,55 @@ class SwitchingPolicy:
     ) -> None:
         self.pattern = pattern
         self.probe_every = probe_every
-        #: What :meth:`steady_seconds` answers, and how often a run overran it.
         self.steady_budget = steady_budget
+        #: How often a run overran its budget.
         self.overruns = 0
         self.index = 0
-        #: The cycles observed one by one, and the latest of each bulk ...
-        self.observed: list[Any] = []
-        #: ... and how many cycles were observed in all.
+        #: Every report, and how many cycles they held in all.
+        self.observed: list[Cycles] = []
         self.cycles = 0
         #: ``helper_processes`` as given to each :meth:`start_epoch`.
         self.helper_processes: list[bool] = []
-        #: The size of each bulk hand-over of a steady inline run.
+        #: The cycle count of each report of a run longer than one.
         self.bulk: list[int] = []
         self._granted = 0
+        self._epoch_started = False
 
-    @property
-    def wanted(self) -> Any:
-        return "prefetch" if self.pattern[self.index % len(self.pattern)] == "P" else "inline"
+    def _mode_at(self, index: int) -> Any:
+        return PREFETCH if self.pattern[index % len(self.pattern)] == "P" else INLINE
 
-    @property
-    def probing(self) -> bool:
-        return self.index % self.probe_every == 1  # exercise the timed path of the source
-
-    @property
-    def reason(self) -> str:
-        return "scripted"
-
-    def start_epoch(self, *, helper_processes: bool = True) -> None:
-        self.index = 0
-        self.helper_processes.append(helper_processes)
-
-    def observe(self, cycle: Any) -> None:
-        self.observed.append(cycle)
-        self.index += 1
-        self.cycles += 1
-
-    def _steady_at(self, index: int) -> bool:
-        return self.pattern[index % len(self.pattern)] == "I" and index % self.probe_every != 1
-
-    def steady_cycles(self) -> int:
-        run = 0
-        while run < 64 and self._steady_at(self.index + run):
+    def verdict(self) -> Verdict:
+        index = self.index
+        mode = self._mode_at(index)
+        if index % self.probe_every == 1:
+            self._granted = 1
+            return Verdict(mode, 1, math.inf, measure=True)
+        run = 1
+        while (
+            run < 64
+            and self._mode_at(index + run) == mode
+            and (index + run) % self.probe_every != 1
+        ):
             run += 1
         self._granted = run
-        return run
+        return Verdict(mode, run, self.steady_budget if run > 1 else math.inf, measure=False)
 
-    def observe_steady(self, count: int, latest: Any) -> None:
-        assert 0 < count <= self._granted, "more cycles than steady_cycles() allowed"
-        assert min(count, STEADY_TAIL) <= len(latest) <= count, "too few or too many times"
-        self._granted = 0
-        self.bulk.append(count)
-        self.observed.extend(Cycle("inline", value, 0.0) for value in latest)
-        self.index += count
-        self.cycles += count
+    def start_epoch(self, *, helper_processes: bool) -> Verdict:
+        self.index = 0
+        self._epoch_started = True
+        self.helper_processes.append(helper_processes)
+        return self.verdict()
 
-    def steady_seconds(self, cycles: int) -> float:
-        return self.steady_budget
-
-    def steady_overran(self) -> None:
-        self.overruns += 1
+    def observe(self, cycles: Cycles) -> Verdict:
+        assert 0 <= cycles.number <= self._granted, "more cycles than the verdict allowed"
+        assert len(cycles.seconds) <= cycles.number, "more times than cycles"
+        self.observed.append(cycles)
+        if self._granted > 1:
+            self.bulk.append(cycles.number)
+        if cycles.overran:
+            self.overruns += 1
+        # The epoch's first batch ends no cycle, but it was made.
+        self.index += cycles.number + (1 if self._epoch_started else 0)
+        self._epoch_started = False
+        self.cycles += cycles.number
+        return self.verdict()

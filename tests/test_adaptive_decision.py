@@ -6,30 +6,45 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import pytest
 
-from dataloaderx.backends._mode_decision import (
-    CHECK_GAP_MAX,
+from dataloaderx.backends.base import INLINE, PREFETCH, Cycles, Mode
+from dataloaderx.engine.decision import (
     CLEAR_LOSS_AFTER,
-    CONFIRM_AFTER,
-    DRIFT_WINDOW,
     FIRST_RECHECK_GAP,
-    INLINE,
     INLINE_PROBE,
     INLINE_PROBE_MORE,
     OVERRUN_FACTOR,
-    PREFETCH,
     PREFETCH_PROBE,
+    ModeDecision,
+)
+from dataloaderx.engine.phases import (
+    CHECK_GAP_MAX,
+    CONFIRM_AFTER,
+    DRIFT_WINDOW,
     PROBE_MAX,
-    STEADY_TAIL,
-    Cycle,
-    Mode,
-    ModeChooser,
+    Phase,
 )
 
 MS = 0.001
+#: The most cycle times a report carries (what the epoch keeps of a run).
+TAIL = 32
+
+
+class Cycle(NamedTuple):
+    """One scripted batch as the loop sees it; seconds."""
+
+    mode: Mode
+    seconds: float
+    wait: float
+    cpu: float = 0.0
+    produced: tuple[tuple[float, float], ...] = ()
+
+    def report(self) -> Cycles:
+        """This cycle reported on its own."""
+        return Cycles(self.mode, 1, (self.seconds,), self.wait, self.cpu, self.produced)
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,7 @@ def noisy(cycle: Cycle, rng: random.Random, spread: float) -> Cycle:
 
 
 def run(
-    chooser: ModeChooser,
+    decision: ModeDecision,
     workload: Callable[[int], Loop],
     batches: int,
     *,
@@ -118,59 +133,54 @@ def run(
     bulk: bool = False,
     cut_overruns: bool = False,
 ) -> list[Mode]:
-    """Feed ``batches`` cycles of one epoch; return the mode each batch was made in.
+    """Make ``batches`` batches of one epoch as the decision says; return each one's mode.
 
-    With ``bulk``, cycles of steady runs go to the chooser as the adaptive stream hands
-    them over: collected while :meth:`ModeChooser.steady_cycles` allows, then at once;
-    with ``cut_overruns`` too, a run whose cycles add up to more than
-    :meth:`ModeChooser.steady_seconds` allows ends there, as the stream cuts it.
+    Every cycle is reported on its own, or, with ``bulk``, as an epoch reports them: the
+    cycles of a run at once, at most the latest ``TAIL`` of their times; with
+    ``cut_overruns`` too, a run whose cycles take longer than its verdict allows is
+    reported there, as overran.
     """
     rng = random.Random(seed)
     modes: list[Mode] = []
-    chooser.start_epoch(helper_processes=helper_processes)
-    steady: list[float] = []
-    allowed = 0
-    budget = math.inf
+    verdict = decision.start_epoch(helper_processes=helper_processes)
+    run: list[float] = []
     for index in range(start, start + batches):
-        mode = chooser.wanted
+        mode = verdict.mode
         modes.append(mode)
         load = workload(index)
         cycle = noisy(load.prefetch() if mode == PREFETCH else load.inline(), rng, spread)
-        if bulk and not allowed and not chooser.probing:
-            allowed = chooser.steady_cycles()
-            budget = chooser.steady_seconds(allowed) if cut_overruns else math.inf
-        if not allowed:
-            chooser.observe(cycle)
-            continue
-        steady.append(cycle.seconds)
-        allowed -= 1
-        overran = allowed > 0 and sum(steady) > budget
-        if not allowed or overran or index == start + batches - 1:  # the run or epoch ends
-            chooser.observe_steady(len(steady), steady[-STEADY_TAIL:])
-            if overran:
-                chooser.steady_overran()
-            steady, allowed = [], 0
+        if index == start:  # the epoch's first batch ends no cycle
+            verdict = decision.observe(Cycles(mode, 0))
+        elif not bulk or verdict.measure:
+            verdict = decision.observe(cycle.report())
+        else:
+            run.append(cycle.seconds)
+            overran = cut_overruns and len(run) < verdict.cycles and sum(run) > verdict.seconds
+            if len(run) == verdict.cycles or overran or index == start + batches - 1:
+                report = Cycles(mode, len(run), run[-TAIL:], overran=overran)
+                verdict = decision.observe(report)
+                run = []
     return modes
 
 
 def test_slow_fetch_with_a_gpu_like_step_prefetches_without_trying_inline() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     io_bound = Workload(step=15 * MS, produce=15 * MS)  # both release the GIL
-    modes = run(chooser, lambda _: io_bound, 40)
+    modes = run(decision, lambda _: io_bound, 40)
     assert modes[0] == INLINE  # the first batch: nothing to overlap yet
     assert modes[1:] == [PREFETCH] * 39  # no batch was made inline to find out
-    assert chooser.decisions == 1
-    assert chooser.reason.startswith("making batches overlapped the step: ")
+    assert decision.decisions == 1
+    assert decision.reason.startswith("making batches overlapped the step: ")
 
 
 def test_slow_fetch_made_in_this_process_prefetches_without_trying_inline() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # The consumer waits for every batch, but no worker process could be making them.
     slow_fetch = Workload(step=3.75 * MS, produce=15 * MS)
-    modes = run(chooser, lambda _: slow_fetch, 80, helper_processes=False)
+    modes = run(decision, lambda _: slow_fetch, 80, helper_processes=False)
     assert modes == [INLINE] + [PREFETCH] * 79
-    assert chooser.decisions == 1
-    assert chooser.reason.startswith("making batches overlapped the step: ")
+    assert decision.decisions == 1
+    assert decision.reason.startswith("making batches overlapped the step: ")
 
 
 @dataclass(frozen=True)
@@ -189,29 +199,29 @@ class PreemptedGilLoop:
 
 
 def test_a_busy_gil_bound_loop_stretched_by_preemption_is_not_a_clear_win() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # step + produce - CPU = 4 + 10.5 - 6 = 8.5 ms > 7 ms / 0.9: the bound alone would
     # call it an overlap, but the threads used the CPU for 6 of the 7 ms.
-    modes = run(chooser, lambda _: PreemptedGilLoop(), 60, helper_processes=False)
+    modes = run(decision, lambda _: PreemptedGilLoop(), 60, helper_processes=False)
     assert modes[1 + PREFETCH_PROBE] == INLINE
     assert modes[-30:] == [INLINE] * 30
-    assert chooser.reason.startswith("prefetching did not pay: ")
+    assert decision.reason.startswith("prefetching did not pay: ")
 
 
 def test_workers_waited_for_during_a_fast_step_are_not_taken_for_a_clear_win() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # The producer only waits for worker processes, which work during the step inline too.
     workers = Workload(step=3.75 * MS, produce=15 * MS, parallel=1.0)
-    modes = run(chooser, lambda _: workers, 80, helper_processes=True)
+    modes = run(decision, lambda _: workers, 80, helper_processes=True)
     assert modes[1 + PREFETCH_PROBE] == INLINE  # not decided from the bound: measured
     assert modes[-40:] == [INLINE] * 40
-    assert chooser.reason.startswith("prefetching did not pay: ")
+    assert decision.reason.startswith("prefetching did not pay: ")
 
 
 def test_slow_fetch_with_a_fast_step_prefetches_after_a_short_inline_probe() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # Helper processes may make the batches: the waits could be theirs, so inline is tried.
-    modes = run(chooser, lambda _: Workload(step=3.75 * MS, produce=15 * MS), 80)
+    modes = run(decision, lambda _: Workload(step=3.75 * MS, produce=15 * MS), 80)
     probe_end = 1 + PREFETCH_PROBE + INLINE_PROBE
     assert modes[1 + PREFETCH_PROBE : probe_end] == [INLINE] * INLINE_PROBE
     # Confirmed once it settled: its first window, then inline cycles made right after.
@@ -219,72 +229,72 @@ def test_slow_fetch_with_a_fast_step_prefetches_after_a_short_inline_probe() -> 
     assert modes[probe_end:confirmed] == [PREFETCH] * CONFIRM_AFTER
     assert modes[confirmed : confirmed + INLINE_PROBE] == [INLINE] * INLINE_PROBE
     assert modes[confirmed + INLINE_PROBE :] == [PREFETCH] * (80 - confirmed - INLINE_PROBE)
-    assert chooser.decisions == 1
-    assert chooser.reason.startswith("prefetching paid: ")
+    assert decision.decisions == 1
+    assert decision.reason.startswith("prefetching paid: ")
 
 
 def test_fast_step_with_workers_makes_batches_inline() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     workers = Workload(step=0.01 * MS, produce=0.2 * MS, produce_cpu=0.02 * MS, parallel=1.0)
-    modes = run(chooser, lambda _: workers, 500)
+    modes = run(decision, lambda _: workers, 500)
     # Short cycles are probed longer (3 ms' worth), which costs little at this size.
     assert PREFETCH_PROBE < modes.count(PREFETCH) <= PROBE_MAX
     assert modes[-400:] == [INLINE] * 400
-    assert chooser.decisions == 1
-    assert chooser.reason.startswith("prefetching did not pay: ")
+    assert decision.decisions == 1
+    assert decision.reason.startswith("prefetching did not pay: ")
 
 
 def test_gil_bound_python_makes_batches_inline() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     python = Workload(step=5 * MS, produce=5 * MS, step_cpu=5 * MS, produce_cpu=5 * MS)
-    modes = run(chooser, lambda _: python, 60, spread=0.1)
+    modes = run(decision, lambda _: python, 60, spread=0.1)
     assert modes.count(PREFETCH) == PREFETCH_PROBE
     assert modes[-50:] == [INLINE] * 50
 
 
 def test_gil_bound_python_with_bimodal_prefetched_cycles_makes_batches_inline() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # Median prefetched cycle 3 ms, below the 6.3 ms inline one; the mean is 8.7 ms.
     convoy = GilConvoy(serial=6.3 * MS, short=3 * MS, long=20 * MS)
-    modes = run(chooser, lambda _: convoy, 200)
+    modes = run(decision, lambda _: convoy, 200)
     assert modes[-150:] == [INLINE] * 150
-    assert chooser.decisions == 1
-    assert chooser.reason.startswith("prefetching did not pay: ")
+    assert decision.decisions == 1
+    assert decision.reason.startswith("prefetching did not pay: ")
 
 
 def test_a_lucky_prefetch_probe_is_undone_once_the_loop_settles() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     convoy = GilConvoy(serial=6.3 * MS, short=3 * MS, long=25 * MS, lucky=PROBE_MAX)
-    modes = run(chooser, lambda _: convoy, 400)
-    assert chooser.decisions == 2  # prefetch after the probe, then inline, once
-    assert chooser.reason.startswith("prefetching did not pay once settled: ")
+    modes = run(decision, lambda _: convoy, 400)
+    assert decision.decisions == 2  # prefetch after the probe, then inline, once
+    assert decision.reason.startswith("prefetching did not pay once settled: ")
     assert modes.count(PREFETCH) <= PROBE_MAX + CONFIRM_AFTER
     settled = modes.index(INLINE, 1 + PREFETCH_PROBE + INLINE_PROBE)
     assert modes[settled:] == [INLINE] * (400 - settled)
 
 
 def test_a_prefetch_decision_that_keeps_paying_is_confirmed() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # Overlapping, but only a little: not a clear win, so compared with inline first.
     loop = GilConvoy(serial=6 * MS, short=4.5 * MS, long=4.5 * MS)
-    modes = run(chooser, lambda _: loop, 400, spread=0.1, seed=3)
-    assert chooser.decisions == 1
-    assert chooser.reason.startswith("prefetching paid: ")
+    modes = run(decision, lambda _: loop, 400, spread=0.1, seed=3)
+    assert decision.decisions == 1
+    assert decision.reason.startswith("prefetching paid: ")
     # Inline only to confirm it: after 16 settled batches, then once more 128 later.
     assert modes[-300:].count(INLINE) <= INLINE_PROBE_MORE
     assert modes[-40:] == [PREFETCH] * 40
 
 
 def test_a_prefetch_decision_that_stops_paying_without_a_drift_is_undone() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # A little faster prefetched for 300 batches, then 10% slower: too small a change
     # for the drift watch (2x), found by the next confirmation.
     paying = GilConvoy(serial=6 * MS, short=4.5 * MS, long=4.5 * MS)
     losing = GilConvoy(serial=6 * MS, short=6.6 * MS, long=6.6 * MS)
-    modes = run(chooser, lambda index: paying if index < 300 else losing, 1000)
-    assert chooser.rechecks == 0
-    assert chooser.decisions == 2
-    assert chooser.reason.startswith("prefetching did not pay once settled: ")
+    modes = run(decision, lambda index: paying if index < 300 else losing, 1000)
+    assert decision.rechecks == 0
+    assert decision.decisions == 2
+    assert decision.reason.startswith("prefetching did not pay once settled: ")
     undone = modes.index(INLINE, 300)
     assert undone < 300 + 2 * FIRST_RECHECK_GAP + DRIFT_WINDOW
     assert modes[undone:] == [INLINE] * (1000 - undone)
@@ -303,25 +313,25 @@ class PreemptedOnce(GilConvoy):
 
 
 def test_one_disturbed_inline_cycle_does_not_decide() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # Prefetching is 3% slower on average; one inline cycle of the probe took 4x as long.
     loop = PreemptedOnce(serial=6 * MS, short=6.2 * MS, long=6.2 * MS)
-    modes = run(chooser, lambda _: loop, 100)
+    modes = run(decision, lambda _: loop, 100)
     probe_end = 1 + PREFETCH_PROBE + INLINE_PROBE_MORE
     assert modes[1 + PREFETCH_PROBE : probe_end] == [INLINE] * INLINE_PROBE_MORE
     assert modes[probe_end:] == [INLINE] * (100 - probe_end)
-    assert chooser.reason.startswith("prefetching did not pay: ")
+    assert decision.reason.startswith("prefetching did not pay: ")
 
 
 def test_a_tie_goes_to_inline() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     # Prefetched or not, the cycle is the same: nothing to overlap.
-    modes = run(chooser, lambda _: Workload(step=2 * MS, produce=0.05 * MS, parallel=1.0), 40)
+    modes = run(decision, lambda _: Workload(step=2 * MS, produce=0.05 * MS, parallel=1.0), 40)
     assert modes[-20:] == [INLINE] * 20
 
 
 def test_a_change_mid_run_is_re_decided_once() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     fast = Workload(step=0.01 * MS, produce=0.3 * MS, parallel=1.0)
     overlapping = Workload(step=20 * MS, produce=20 * MS)
 
@@ -329,27 +339,27 @@ def test_a_change_mid_run_is_re_decided_once() -> None:
         return fast if index < 300 else overlapping
 
     # As the adaptive stream hands cycles over: in bulk, and cut short when they grow.
-    modes = run(chooser, workload, 2000, spread=0.2, seed=1, bulk=True, cut_overruns=True)
+    modes = run(decision, workload, 2000, spread=0.2, seed=1, bulk=True, cut_overruns=True)
     assert modes[250:300] == [INLINE] * 50
-    assert chooser.decisions == 2
-    assert chooser.rechecks == 1
+    assert decision.decisions == 2
+    assert decision.rechecks == 1
     switched = modes.index(PREFETCH, 300)
     assert switched <= 300 + 2 * DRIFT_WINDOW  # noticed within two windows
     assert modes[switched:] == [PREFETCH] * (2000 - switched)  # and never flipped back
 
 
 def test_a_re_check_stops_prefetching_that_is_clearly_slower_than_inline() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     before = Workload(step=0.01 * MS, produce=0.3 * MS, parallel=1.0)
     # After the change, a producer thread fights the workers for the cores: 3x slower.
     after = SlowerPrefetch(Workload(step=1 * MS, produce=0.3 * MS, parallel=1.0), factor=3.0)
 
-    modes = run(chooser, lambda index: before if index < 300 else after, 1000)
-    assert chooser.rechecks == 1
+    modes = run(decision, lambda index: before if index < 300 else after, 1000)
+    assert decision.rechecks == 1
     recheck = modes.index(PREFETCH, 300)
     assert modes[recheck : recheck + CLEAR_LOSS_AFTER] == [PREFETCH] * CLEAR_LOSS_AFTER
     assert modes[recheck + CLEAR_LOSS_AFTER :] == [INLINE] * (1000 - recheck - CLEAR_LOSS_AFTER)
-    assert chooser.reason.startswith("prefetching was clearly slower: ")
+    assert decision.reason.startswith("prefetching was clearly slower: ")
 
 
 @dataclass
@@ -368,71 +378,71 @@ class SlowerPrefetch:
 
 
 def test_noise_alone_never_triggers_a_re_check() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     python = Workload(step=5 * MS, produce=5 * MS, step_cpu=5 * MS, produce_cpu=5 * MS)
-    run(chooser, lambda _: python, 3000, spread=0.35, seed=2)
-    assert chooser.decisions == 1
-    assert chooser.rechecks == 0
+    run(decision, lambda _: python, 3000, spread=0.35, seed=2)
+    assert decision.decisions == 1
+    assert decision.rechecks == 0
 
 
 def test_a_cost_that_keeps_changing_is_re_checked_less_and_less_often() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     cheap = Workload(step=1 * MS, produce=1 * MS, step_cpu=1 * MS, produce_cpu=1 * MS)
     dear = Workload(step=4 * MS, produce=4 * MS, step_cpu=4 * MS, produce_cpu=4 * MS)
-    run(chooser, lambda index: cheap if (index // 20) % 2 else dear, 2000)
+    run(decision, lambda index: cheap if (index // 20) % 2 else dear, 2000)
     # A change every 20 batches could start 100 re-checks; each doubles the gap.
-    assert chooser.rechecks <= 7
+    assert decision.rechecks <= 7
 
 
 def test_the_decision_carries_over_short_epochs() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     workers = Workload(step=0.01 * MS, produce=0.2 * MS, parallel=1.0)
-    epochs = [run(chooser, lambda _: workers, 3) for _ in range(40)]
+    epochs = [run(decision, lambda _: workers, 3) for _ in range(40)]
     assert all(modes[0] == INLINE for modes in epochs)
-    assert chooser.decisions == 1
+    assert decision.decisions == 1
     assert epochs[-1] == [INLINE] * 3
     assert sum(modes.count(PREFETCH) for modes in epochs) <= PROBE_MAX
 
 
 def test_a_new_epoch_keeps_prefetching_after_its_first_batch() -> None:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     io_bound = Workload(step=15 * MS, produce=15 * MS)
-    run(chooser, lambda _: io_bound, 10)
-    assert run(chooser, lambda _: io_bound, 10) == [INLINE] + [PREFETCH] * 9
-    assert chooser.decisions == 1
+    run(decision, lambda _: io_bound, 10)
+    assert run(decision, lambda _: io_bound, 10) == [INLINE] + [PREFETCH] * 9
+    assert decision.decisions == 1
 
 
 def test_cpu_figures_are_asked_for_only_while_probing_prefetch() -> None:
-    chooser = ModeChooser()
-    chooser.start_epoch()
+    decision = ModeDecision()
+    verdict = decision.start_epoch(helper_processes=True)
     asked = []
+    load = Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0)
     for _ in range(30):
-        asked.append(chooser.probing)
-        mode = chooser.wanted
-        load = Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0)
-        chooser.observe(load.prefetch() if mode == PREFETCH else load.inline())
+        asked.append(verdict.measure)
+        cycle = load.prefetch() if verdict.mode == PREFETCH else load.inline()
+        verdict = decision.observe(cycle.report())
     assert asked[0] is False  # the first batch is made inline, untimed
     assert asked[1 : 1 + PREFETCH_PROBE] == [True] * PREFETCH_PROBE
     assert not any(asked[1 + PREFETCH_PROBE :])
 
 
-def test_batches_left_in_the_buffer_are_not_counted() -> None:
-    chooser = ModeChooser()
+def test_cycles_in_another_mode_than_asked_are_not_counted() -> None:
+    decision = ModeDecision()
     workers = Workload(step=0.01 * MS, produce=2 * MS, parallel=1.0)
-    run(chooser, lambda _: workers, 1 + PREFETCH_PROBE)
-    assert chooser.wanted == INLINE  # the prefetch probe is over; the inline one starts
+    run(decision, lambda _: workers, 1 + PREFETCH_PROBE)
+    assert decision.phase is Phase.COMPARE  # the prefetch probe is over; inline is measured
     for _ in range(10):
-        chooser.observe(Cycle(None, 1.0, 0.0))  # drained: they say nothing about inline
-    assert chooser.decisions == 0
-    assert chooser.wanted == INLINE
+        verdict = decision.observe(Cycle(PREFETCH, 1.0, 0.0).report())
+    assert decision.decisions == 0
+    assert verdict.mode == INLINE
 
 
 def decide_many_epochs(bulk: bool, workload: Callable[[int], Loop], epoch: int) -> object:
-    chooser = ModeChooser()
+    decision = ModeDecision()
     modes = []
     for start in range(0, 1500, epoch):
-        modes += run(chooser, workload, epoch, start=start, spread=0.3, seed=start, bulk=bulk)
-    return modes, chooser.decisions, chooser.rechecks, chooser.reason, chooser.wanted
+        modes += run(decision, workload, epoch, start=start, spread=0.3, seed=start, bulk=bulk)
+    return modes, decision.decisions, decision.rechecks, decision.reason, decision.verdict().mode
 
 
 def test_cycles_handed_over_in_bulk_decide_exactly_as_one_by_one() -> None:
@@ -464,25 +474,24 @@ def test_cycles_handed_over_in_bulk_decide_exactly_as_one_by_one() -> None:
         (0.01, CHECK_GAP_MAX),  # 50 ms would be 5000 cycles
     ],
 )
-def test_steady_runs_end_where_a_check_could_change_the_mode(
-    cycle_ms: float, check_gap: int
-) -> None:
-    chooser = ModeChooser()
+def test_runs_end_where_a_check_could_change_the_mode(cycle_ms: float, check_gap: int) -> None:
+    decision = ModeDecision()
     workload = Workload(step=0.0, produce=cycle_ms * MS, parallel=1.0)
-    run(chooser, lambda _: workload, 40)
-    assert chooser.wanted == INLINE
-    assert not chooser.probing
+    run(decision, lambda _: workload, 40)
+    verdict = decision.verdict()
+    assert verdict.mode == INLINE
+    assert not verdict.measure
     runs = []
     for _ in range(20):
-        allowed = chooser.steady_cycles()
-        runs.append(allowed)
-        chooser.observe_steady(allowed, [workload.inline().seconds] * min(allowed, STEADY_TAIL))
+        runs.append(verdict.cycles)
+        seconds = [workload.inline().seconds] * min(verdict.cycles, TAIL)
+        verdict = decision.observe(Cycles(INLINE, verdict.cycles, seconds))
     # Up to the next drift check, then from check to check.
     assert 1 <= runs[0] <= DRIFT_WINDOW
     assert runs[1:] == [check_gap] * 19
-    assert chooser.rechecks == 0
-    chooser.start_epoch()
-    assert chooser.steady_cycles() == 0  # the epoch's first batch is observed alone
+    assert decision.rechecks == 0
+    # The epoch's first batch is reported alone.
+    assert decision.start_epoch(helper_processes=True).cycles == 1
 
 
 def test_a_drift_of_tiny_cycles_is_seen_within_a_few_checks() -> None:
@@ -492,9 +501,9 @@ def test_a_drift_of_tiny_cycles_is_seen_within_a_few_checks() -> None:
     overlapping = Workload(step=0.2 * MS, produce=0.2 * MS)  # prefetching pays
     changed_at = 4000
     for bulk in (False, True):
-        chooser = ModeChooser()
+        decision = ModeDecision()
         modes = run(
-            chooser,
+            decision,
             lambda index: tiny if index < changed_at else overlapping,
             8000,
             bulk=bulk,
@@ -502,8 +511,8 @@ def test_a_drift_of_tiny_cycles_is_seen_within_a_few_checks() -> None:
         assert modes[changed_at - 1] == INLINE
         first_prefetched = modes.index(PREFETCH, changed_at)
         assert first_prefetched <= changed_at + 3 * CHECK_GAP_MAX, bulk
-        assert chooser.rechecks == 1
-        assert chooser.wanted == PREFETCH
+        assert decision.rechecks == 1
+        assert decision.verdict().mode == PREFETCH
 
 
 def test_a_steady_run_whose_cycles_grow_is_cut_short_and_checked_soon() -> None:
@@ -517,13 +526,47 @@ def test_a_steady_run_whose_cycles_grow_is_cut_short_and_checked_soon() -> None:
     def workload(index: int) -> Workload:
         return tiny if index < changed_at else slow
 
-    cut = ModeChooser()
+    cut = ModeDecision()
     modes = run(cut, workload, changed_at + 2 * CHECK_GAP_MAX, bulk=True, cut_overruns=True)
     assert cut.rechecks == 1
     assert modes.index(PREFETCH, changed_at) <= changed_at + 3 * DRIFT_WINDOW
-    # Prefetching now: its budget follows the cycles measured since.
-    expected = OVERRUN_FACTOR * 100 * slow.prefetch().seconds
-    assert cut.steady_seconds(100) == pytest.approx(expected)
-    late = ModeChooser()
+    # Prefetching now: its time budget follows the cycles measured since.
+    verdict = cut.verdict()
+    expected = OVERRUN_FACTOR * verdict.cycles * slow.prefetch().seconds
+    assert verdict.seconds == pytest.approx(expected)
+    late = ModeDecision()
     modes = run(late, workload, changed_at + 2 * CHECK_GAP_MAX, bulk=True)
     assert modes.index(PREFETCH, changed_at) > changed_at + 3 * DRIFT_WINDOW
+
+
+def test_a_compared_prefetch_decision_goes_through_every_phase_in_order() -> None:
+    decision = ModeDecision()
+    loop = GilConvoy(serial=6 * MS, short=4.5 * MS, long=4.5 * MS)
+    verdict = decision.start_epoch(helper_processes=True)
+    phases = [decision.phase]
+    for _ in range(80):
+        cycle = loop.prefetch() if verdict.mode == PREFETCH else loop.inline()
+        verdict = decision.observe(cycle.report())
+        if decision.phase is not phases[-1]:
+            phases.append(decision.phase)
+    assert phases == [Phase.PROBE, Phase.COMPARE, Phase.SETTLE, Phase.CONFIRM, Phase.STEADY]
+    assert decision.decisions == 1
+    assert verdict.mode == PREFETCH
+
+
+def test_each_phase_asks_for_what_it_measures() -> None:
+    decision = ModeDecision()
+    assert decision.start_epoch(helper_processes=True) == (INLINE, 1, math.inf, False)
+    probing = decision.observe(Cycles(INLINE, 0))  # the epoch's first batch: no cycle
+    assert (decision.phase, probing.mode, probing.cycles, probing.measure) == (
+        Phase.PROBE,
+        PREFETCH,
+        1,
+        True,
+    )
+    tiny = Workload(step=0.0, produce=0.01 * MS, parallel=1.0)
+    run(decision, lambda _: tiny, 40)
+    steady = decision.verdict()
+    assert decision.phase is Phase.STEADY
+    assert (steady.mode, steady.measure) == (INLINE, False)
+    assert steady.cycles > 1  # a run: the cycles that cannot reach a check

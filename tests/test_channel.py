@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from dataloaderx.backends import _engine as engine
-from dataloaderx.backends._engine import END, ITEM, Channel, Envelope
+from dataloaderx.engine.channel import Channel
+from dataloaderx.engine.stream import END, ITEM, Envelope
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,22 +55,19 @@ def test_every_item_arrives_once_in_order(depth: int) -> None:
 
 
 @pytest.mark.parametrize("depth", [2, 8])
-def test_ready_item_is_delivered_while_producer_is_stuck(
-    depth: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_ready_item_is_delivered_while_producer_is_stuck(depth: int) -> None:
     """A fast item does not wake a sleeping consumer by itself (it waits for company);
     it must still be delivered while the producer is stuck making the next one."""
-    monkeypatch.setattr(engine, "FAST_ITEM_SECONDS", 60.0)  # every item counts as fast
     channel = Channel(depth)
     stop = threading.Event()
     consumer_waiting = threading.Event()
     release = threading.Event()
 
     def produce() -> None:
-        channel.put((ITEM, 0, None), stop)
+        channel.put((ITEM, 0, None), stop, fast=True)
         consumer_waiting.wait(30)
         time.sleep(0.05)  # let the consumer fall asleep on the empty buffer
-        channel.put((ITEM, 1, None), stop)  # fast, and not a wake-up point
+        channel.put((ITEM, 1, None), stop, fast=True)  # not a wake-up point
         release.wait(30)  # a batch that takes "forever"
         channel.put((END, None, None), stop)
 
@@ -108,8 +105,6 @@ def test_consumer_learns_of_a_dead_producer() -> None:
 
 
 def test_interrupt_while_waiting_is_not_chained_to_an_index_error() -> None:
-    from dataloaderx.backends._engine import Channel
-
     def interrupted() -> bool:
         raise KeyboardInterrupt
 

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from dataloaderx import DataLoaderX, PrefetchIterator, available_backends, get_backend
-from dataloaderx.backends import _adaptive
+from dataloaderx.engine import decision as mode_decision
 from dataloaderx.options import backend_option_names
 from tests.helpers import (
     Counter,
@@ -54,7 +54,7 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """Every backend that can run here by name, each prefetching one with depth='auto',
     and ``thread`` forced to switch modes every few batches."""
     if request.param == SWITCHING:
-        monkeypatch.setattr(_adaptive, "new_policy", SwitchingPolicy)
+        monkeypatch.setattr(mode_decision, "new_policy", SwitchingPolicy)
         return "thread"
     return request.param
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from dataloaderx import DataLoaderX
-from dataloaderx.backends import _adaptive
-from dataloaderx.backends._copy_policy import INLINE_MAX_BYTES, SmallBatchesOnly
-from dataloaderx.backends._mode_decision import INLINE, PREFETCH, Cycle
+from dataloaderx.backends.base import INLINE, PREFETCH, Cycles
 from dataloaderx.backends.cuda import CudaBackend
+from dataloaderx.device.small_batches import INLINE_MAX_BYTES, SmallBatchesOnly
+from dataloaderx.engine import decision as mode_decision
 from tests.fake_accelerator import RecordingAccelerator
 from tests.helpers import SwitchingPolicy
 
@@ -22,28 +22,43 @@ def test_follows_the_decision_until_a_batch_is_large() -> None:
     decision = SwitchingPolicy("I")
     policy = SmallBatchesOnly(decision, limit=100)
     policy.note(100)
-    assert policy.wanted == INLINE
+    assert policy.start_epoch(helper_processes=False).mode == INLINE
     assert policy.reason == "scripted"
-    policy.observe(Cycle(INLINE, 0.001, 0.001))
+    assert policy.observe(Cycles(INLINE, 1, (0.001,))).mode == INLINE
     assert len(decision.observed) == 1
     policy.note(101)
-    assert policy.wanted == PREFETCH
-    assert not policy.probing
+    verdict = policy.observe(Cycles(INLINE, 1, (0.001,)))
+    assert verdict.mode == PREFETCH
+    assert not verdict.measure
     assert policy.reason.startswith("batches of 9.63e-05 MiB: only on a side stream")
-    policy.observe(Cycle(PREFETCH, 0.001, 0.0))
+    assert len(decision.observed) == 1  # the decision is asked no more
     policy.note(1)  # it stays: the loader has shown it makes large batches
-    assert policy.wanted == PREFETCH
+    assert policy.start_epoch(helper_processes=False).mode == PREFETCH
+    assert policy.observe(Cycles(PREFETCH, 1, (0.001,))).mode == PREFETCH
     assert len(decision.observed) == 1
 
 
-def test_inline_cycles_are_never_taken_in_bulk() -> None:
+def test_inline_cycles_are_never_reported_in_runs() -> None:
     # Any batch of a run may be the large one, which must switch to prefetching at once.
     decision = SwitchingPolicy("I" * 40, probe_every=40)
     policy = SmallBatchesOnly(decision, limit=100)
-    for _ in range(2):  # the epoch's first batch, then a probed one
-        policy.observe(Cycle(INLINE, 0.001, 0.001))
-    assert decision.steady_cycles() > 1
-    assert policy.steady_cycles() == 0
+    policy.start_epoch(helper_processes=False)
+    policy.observe(Cycles(INLINE, 0))  # the epoch's first batch
+    verdict = policy.observe(Cycles(INLINE, 1, (0.001,)))  # then a measured one
+    assert decision.verdict().cycles > 1
+    assert verdict.cycles == 1
+
+
+def test_sizes_are_noted_from_any_thread() -> None:
+    policy = SmallBatchesOnly(SwitchingPolicy("I"), limit=1000)
+    threads = [
+        threading.Thread(target=lambda size=size: policy.note(size)) for size in (10, 2000, 3000)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert policy.large in (2000, 3000)  # the first large batch noted, whichever it was
 
 
 @pytest.mark.parametrize(("numel", "inline_expected"), [(16, True), (INLINE_MAX_BYTES, False)])
@@ -52,7 +67,7 @@ def test_large_batches_are_always_copied_on_the_side_stream(
 ) -> None:
     fake = RecordingAccelerator()
     monkeypatch.setattr(CudaBackend, "device_api", fake)
-    monkeypatch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("I"))  # wants inline
+    monkeypatch.setattr(mode_decision, "new_policy", lambda: SwitchingPolicy("I"))  # wants inline
     batches = [torch.full((numel,), float(i)) for i in range(6)]
     loader = DataLoaderX(batches, batch_size=None, backend="cuda")
     got = list(loader)

@@ -93,7 +93,7 @@ def test_reserved_memory_is_flat_after_the_second_epoch() -> None:
         reserved.append(torch.cuda.memory_reserved())
     growth = [value - reserved[1] for value in reserved[1:]]
     assert max(growth) <= batch_bytes, f"reserved bytes per epoch: {reserved}"
-    assert len(loader.prefetch_backend._streams) == 1  # type: ignore[attr-defined]
+    assert len(loader.prefetch_backend._device._streams) == 1  # type: ignore[attr-defined]
 
 
 @pytest.mark.skipif(
@@ -112,7 +112,7 @@ def test_non_default_device(device: object) -> None:
     assert torch.equal(torch.cat([batch.cpu() for batch in batches]), expected)
     assert torch.cuda.current_device() == 0
     assert torch.cuda.memory_allocated(0) == allocated_on_0
-    streams = loader.prefetch_backend._streams  # type: ignore[attr-defined]
+    streams = loader.prefetch_backend._device._streams  # type: ignore[attr-defined]
     assert list(streams) == [torch.device("cuda", 1)]
 
 

@@ -13,9 +13,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX
-from dataloaderx._tree import iter_tensors
-from dataloaderx.backends import _adaptive
 from dataloaderx.backends.cuda import CudaBackend
+from dataloaderx.engine import decision as mode_decision
+from dataloaderx.util.tree import iter_tensors
 from tests.fake_accelerator import KIND, Call, FakeEvent, FakeStream, RecordingAccelerator
 from tests.helpers import (
     FailingDataset,
@@ -246,7 +246,7 @@ def test_backend_copies_and_pickles_without_its_streams(fake: RecordingAccelerat
 def test_inline_batches_are_copied_in_the_training_thread_on_its_stream(
     fake: RecordingAccelerator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_adaptive, "new_policy", lambda: SwitchingPolicy("IIPPI"))
+    monkeypatch.setattr(mode_decision, "new_policy", lambda: SwitchingPolicy("IIPPI"))
     consumer = FakeStream("user", DEVICE0)
     loader = DataLoaderX(StructDataset(20), batch_size=2, backend="cuda")
     with fake.use_stream(consumer):

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX
-from dataloaderx.backends._host_copy import MIN_SPLIT_BYTES, CopyThreads, plan
-from dataloaderx.backends._staging import StagingPool, dense_span
 from dataloaderx.backends.cuda import CudaBackend
+from dataloaderx.device.host_copy import MIN_SPLIT_BYTES, CopyThreads, plan
+from dataloaderx.device.staging import StagingPool, dense_span
 from tests.fake_accelerator import RecordingAccelerator
 from tests.helpers import RangeDataset, assert_same
 
@@ -185,7 +185,7 @@ def test_a_forked_child_never_gives_back_the_parents_pinned_memory(
     fake: RecordingAccelerator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = CudaBackend(adaptive=False)
-    pool = backend.staging_pool(torch.device("privateuseone", 0))
+    pool = backend._device.staging_pool(torch.device("privateuseone", 0))
     slot, _, _ = pool.stage([torch.zeros(10)])
     pool.release(slot)
     monkeypatch.setattr(os, "getpid", lambda: -1)  # as seen from a forked child

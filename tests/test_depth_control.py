@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dataloaderx.backends._depth_control import (
+from dataloaderx.engine.depth import (
     START_DEPTH,
     WINDOW,
     BufferUsage,

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX
-from dataloaderx.backends._byte_budget import ByteBudget, batch_bytes
-from dataloaderx.backends._engine import END, ITEM, Envelope, new_channel
+from dataloaderx.engine.byte_budget import ByteBudget, batch_bytes
+from dataloaderx.engine.channel import new_channel
+from dataloaderx.engine.stream import END, ITEM, Envelope
 from tests.helpers import Pair, assert_same
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,7 +71,7 @@ def test_channel_keeps_under_the_cap(data: st.DataObject, cap: int, depth: Any) 
         channel.clear()
         thread.join(5)
     assert received == list(range(len(sizes)))
-    assert within_cap(channel.budget.peak, cap, sizes)
+    assert within_cap(channel.usage().peak_bytes, cap, sizes)
 
 
 def test_budget_admits_an_oversized_batch_only_alone() -> None:

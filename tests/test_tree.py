@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dataloaderx._tree import iter_tensors, map_tensors
+from dataloaderx.util.tree import iter_tensors, map_tensors
 
 Point = namedtuple("Point", ["x", "y"])
 

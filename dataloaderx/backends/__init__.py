@@ -1,12 +1,9 @@
-"""Built-in prefetch backends; importing this package registers them, in this order."""
+"""The prefetch backends, one module each, and their base class.
 
-from dataloaderx.backends import background, sync, thread
+The registry lists the built-in ones by name and imports a backend's module when its
+name is first used.
+"""
 
-# isort: split
-from dataloaderx.backends import cuda
-
-# isort: split
-from dataloaderx.backends import auto
 from dataloaderx.backends.base import Backend, BatchStream
 
-__all__ = ["Backend", "BatchStream", "auto", "background", "cuda", "sync", "thread"]
+__all__ = ["Backend", "BatchStream"]

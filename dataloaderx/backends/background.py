@@ -9,100 +9,145 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any, Literal, TypeVar
 
-from dataloaderx.backends._byte_budget import ByteBudget, batch_bytes
-from dataloaderx.backends._depth_control import (
-    BufferUsage,
-    DepthController,
-    fixed_usage,
-)
-from dataloaderx.backends._depth_options import (
-    AUTO,
-    DEFAULT_MAX_DEPTH,
-    check_depth_options,
-)
-from dataloaderx.backends._engine import (
+from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.engine.buffer_options import AUTO, DEFAULT_MAX_DEPTH, check_depth_options
+from dataloaderx.engine.byte_budget import ByteBudget, batch_bytes
+from dataloaderx.engine.depth import BufferUsage, DepthController, StallMeter, fixed_usage
+from dataloaderx.engine.producer import produce, thread_name
+from dataloaderx.engine.stream import (
     END,
     FATAL,
+    ITEM,
     POLL_SECONDS,
+    Buffer,
     Envelope,
-    StallMeter,
     ThreadedStream,
-    measure_envelope,
-    produce,
-    thread_name,
 )
-from dataloaderx.backends.base import Backend, BatchStream
-from dataloaderx.registry import register_backend
 
 __all__ = ["BackgroundBackend"]
 
 T = TypeVar("T")
 
+#: Queue items: ``(True, (envelope, bytes))`` each, then ``(False, StopIteration or error)``.
+_Queued = tuple[bool, Any]
+
 
 class _Gate:
-    """The generator ``BackgroundGenerator`` runs: envelopes with their bytes, within bounds.
+    """The generator ``BackgroundGenerator`` runs: before yielding a batch (with its bytes) it
+    waits, under the queue's lock and in stop-checking steps, for room in the queue and byte
+    budget (its blocking ``put`` is only a backstop), counting waits for the depth controller."""
 
-    Before releasing a batch into the queue it waits (in short, stop-checking steps) until
-    the queue has room under its current size and the byte budget admits the batch, so the
-    queue's own blocking ``put`` is only a backstop. It counts how often it waited for
-    each, for the depth controller.
-    """
-
-    def __init__(
-        self, envelopes: Iterator[Envelope], stop: threading.Event, budget: ByteBudget
-    ) -> None:
+    def __init__(self, envelopes: Iterator[Envelope], stop: threading.Event, budget: ByteBudget):
         self._envelopes = envelopes
         self._stop = stop
         self.budget = budget
-        self.pending: queue.Queue[tuple[bool, Any]] | None = None
-        self.freed = threading.Event()
-        self.waiting = False
+        self.pending: queue.Queue[_Queued] | None = None
+        self.ready = threading.Event()  #: set once pending is known (its thread starts at once)
         self.room_waits = 0
         self.byte_waits = 0
 
     def __iter__(self) -> Iterator[tuple[Envelope, int]]:
-        for envelope in self._envelopes:
-            size = measure_envelope(envelope, batch_bytes)
-            if not (self._has_room() and self.budget.fits(size)) and not self._wait(size):
+        while not self.ready.wait(POLL_SECONDS):
+            if self._stop.is_set():
                 return
-            self.budget.add(size)
+        for envelope in self._envelopes:
+            size = batch_bytes(envelope[1]) if envelope[0] == ITEM else 0
+            if not self._admit(size):
+                return
             yield envelope, size
 
-    def _has_room(self) -> bool:
-        pending = self.pending
-        return pending is None or len(pending.queue) < pending.maxsize
-
-    def _wait(self, size: int) -> bool:
-        if self.budget.fits(size):
-            self.room_waits += 1
-        else:
-            self.byte_waits += 1
-        try:
-            while True:
-                self.freed.clear()
-                self.waiting = True  # before the re-check: the consumer then wakes us
-                if self._has_room() and self.budget.fits(size):
-                    return True
+    def _admit(self, size: int) -> bool:
+        pending: Any = self.pending  # set before ``ready``
+        with pending.mutex:
+            counted = False
+            while len(pending.queue) >= pending.maxsize or not self.budget.fits(size):
                 if self._stop.is_set():
                     return False
-                self.freed.wait(POLL_SECONDS)
-        finally:
-            self.waiting = False
+                if not counted:
+                    counted = True
+                    if self.budget.fits(size):
+                        self.room_waits += 1
+                    else:
+                        self.byte_waits += 1
+                pending.not_full.wait(POLL_SECONDS)
+            if self._stop.is_set():
+                return False
+            self.budget.add(size)
+        return True
 
-    def wake(self) -> None:
-        """Consumer: room or bytes were freed; wake the gate if it waits for them."""
-        if self.waiting:
-            self.freed.set()
+
+class _QueueBuffer(Buffer):
+    """The loop's side of ``BackgroundGenerator``'s queue."""
+
+    def __init__(
+        self, pending: queue.Queue[_Queued], gate: _Gate, controller: DepthController | None
+    ) -> None:
+        self._pending = pending
+        self._gate = gate
+        self._controller = controller
+        self._meter = None if controller is None else StallMeter(controller)
+        self._cleared = False  #: set by clear(): the stream closed; a waiting loop gets the end
+
+    def __len__(self) -> int:
+        with self._pending.mutex:
+            return len(self._pending.queue)
+
+    def get(self, producer_alive: Any) -> Envelope:
+        start = perf_counter()
+        buffered = len(self)
+        while True:
+            try:
+                ok, payload = self._pending.get(timeout=POLL_SECONDS)
+                break
+            except queue.Empty:
+                with self._pending.mutex:
+                    if self._cleared:
+                        return (END, None, None)  # closed meanwhile, from another thread
+                if producer_alive() or len(self):
+                    continue
+                raise RuntimeError(
+                    "dataloaderx: the BackgroundGenerator thread ended without "
+                    "delivering a batch, an error or the end of the epoch"
+                ) from None
+        if not ok:  # BackgroundGenerator's own end marker, or an error from its thread
+            return (END, None, None) if payload is StopIteration else (FATAL, payload, None)
+        envelope, size = payload
+        pending, gate = self._pending, self._gate
+        with pending.mutex:
+            gate.budget.remove(size)
+            if self._meter is not None:
+                chosen = self._meter.observe(start, buffered, gate.room_waits, gate.byte_waits)
+                if pending.maxsize != sys.maxsize:  # not while closing
+                    pending.maxsize = chosen
+            pending.not_full.notify_all()
+        return envelope  # type: ignore[no-any-return]
+
+    def usage(self) -> BufferUsage:
+        with self._pending.mutex:
+            peak = self._gate.budget.peak
+            if self._controller is None:
+                return fixed_usage(self._pending.maxsize, peak)
+            return self._controller.usage(peak)
+
+    def clear(self) -> None:
+        # Only while closing. BackgroundGenerator's puts never time out and, when the garbage
+        # collector closes the stream in that very thread, nobody clears again: lift the bound
+        # for its last puts and wake a waiting one (it loops on ``qsize() >= maxsize``: not 0).
+        pending = self._pending
+        with pending.mutex:
+            pending.maxsize = sys.maxsize
+            pending.queue.clear()
+            self._gate.budget.held = 0
+            self._cleared = True
+            pending.not_full.notify_all()
 
 
-@register_backend("background", aliases=("prefetch_generator",))
 class BackgroundBackend(Backend):
     """Prefetch with ``prefetch_generator.BackgroundGenerator(max_prefetch=depth)``.
 
-    ``BackgroundGenerator`` alone leaks its thread when the loop stops early, because its
-    ``queue.put`` never times out. Here it is fed a generator that checks a stop flag,
-    and ``close()`` drains its queue until the thread has ended. ``depth="auto"`` resizes
-    its queue (up to ``max_depth``); ``max_bytes`` caps the bytes of tensors it holds.
+    Alone it leaks its thread when the loop stops early (its ``queue.put`` never times out);
+    here its generator checks a stop flag and ``close()`` drains its queue until the thread
+    ends. ``depth="auto"`` resizes the queue (to ``max_depth``); ``max_bytes`` caps its bytes.
     """
 
     def __init__(
@@ -139,67 +184,7 @@ class BackgroundBackend(Backend):
         gate = _Gate(produce(source, stop), stop, ByteBudget(self.max_bytes))
         generator = BackgroundGenerator(gate, max_prefetch=depth)
         generator.name = thread_name(self.name)
-        pending: queue.Queue[tuple[bool, Any]] = generator.queue
+        pending: queue.Queue[_Queued] = generator.queue
         gate.pending = pending
-        meter = None if controller is None else StallMeter(controller)
-
-        def take() -> Envelope:
-            while True:
-                try:
-                    ok, payload = pending.get(timeout=POLL_SECONDS)
-                except queue.Empty:
-                    if generator.is_alive() or not pending.empty():
-                        continue
-                    raise RuntimeError(
-                        "dataloaderx: the BackgroundGenerator thread ended without "
-                        "delivering a batch, an error or the end of the epoch"
-                    ) from None
-                if ok:
-                    envelope, size = payload
-                    gate.budget.remove(size)
-                    gate.wake()
-                    return envelope  # type: ignore[no-any-return]
-                # BackgroundGenerator's own end marker or an error from its thread.
-                if payload is StopIteration:
-                    return (END, None, None)
-                return (FATAL, payload, None)
-
-        def receive() -> Envelope:
-            if meter is None:
-                return take()
-            start = perf_counter()
-            buffered = len(pending.queue)
-            envelope = take()
-            chosen = meter.observe(start, buffered, gate.room_waits, gate.byte_waits)
-            if chosen != pending.maxsize:
-                with pending.mutex:
-                    if pending.maxsize != sys.maxsize:  # not while closing
-                        pending.maxsize = chosen
-                        pending.not_full.notify_all()
-                gate.wake()
-            return envelope
-
-        def usage() -> BufferUsage:
-            if controller is None:
-                return fixed_usage(depth, gate.budget.peak)
-            return controller.usage(gate.budget.peak)
-
-        def drain() -> None:
-            # Runs only while closing. BackgroundGenerator's puts never time out, and when
-            # the garbage collector closes the stream inside that very thread nobody would
-            # drain again: so lift the bound, letting its last puts (the batch in hand and
-            # its end marker) through, and wake a put already waiting. (``maxsize = 0``
-            # would not do: a put already waiting loops while ``qsize() >= maxsize``.)
-            with pending.mutex:
-                pending.maxsize = sys.maxsize
-                pending.queue.clear()
-                pending.not_full.notify_all()
-
-        return ThreadedStream(
-            thread=generator,
-            stop=stop,
-            receive=receive,
-            drain=drain,
-            buffered=lambda: len(pending.queue),
-            usage=usage,
-        )
+        gate.ready.set()
+        return ThreadedStream(generator, stop, _QueueBuffer(pending, gate, controller))

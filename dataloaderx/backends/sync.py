@@ -5,33 +5,31 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypeVar
 
-from dataloaderx._direct import Direct, DirectRun, direct_of
-from dataloaderx.backends.base import Backend, BatchStream
-from dataloaderx.registry import register_backend
+from dataloaderx.backends.base import Backend, BatchStream, InlineMode
+from dataloaderx.engine.stream import Stream
 
 __all__ = ["SyncBackend"]
 
 T = TypeVar("T")
 
 
-class _InlineStream(BatchStream[T]):
+class _OnDemand(Stream[T]):
+    """``source`` itself, read when asked."""
+
     def __init__(self, source: Iterator[T]) -> None:
         self._source = source
 
     def __next__(self) -> T:
         return next(self._source)
 
-    def direct(self, run: DirectRun) -> Direct | None:
-        """Every batch may be taken straight from the source: this stream adds nothing."""
-        return direct_of(self._source, run)
-
-    def close(self) -> None:
-        """Nothing runs in the background, so there is nothing to stop."""
+    def close(self) -> None: ...  # nothing runs in the background, so nothing to stop
 
 
-@register_backend("sync", aliases=("none",))
 class SyncBackend(Backend):
     """No prefetch: the plain ``DataLoader`` behaviour, as a baseline."""
 
+    def inline_mode(self) -> InlineMode:
+        return InlineMode(policy=None)
+
     def open(self, source: Iterator[T]) -> BatchStream[T]:
-        return _InlineStream(source)
+        return _OnDemand(source)

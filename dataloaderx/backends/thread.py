@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
-from dataloaderx.backends import _adaptive
-from dataloaderx.backends._depth_options import check_depth_options
-from dataloaderx.backends._engine import start_thread_stream
-from dataloaderx.backends.base import Backend, BatchStream, check_bool
-from dataloaderx.registry import register_backend
+from dataloaderx.backends.base import Backend, BatchStream, InlineMode, check_bool
+from dataloaderx.engine import decision
+from dataloaderx.engine.buffer_options import check_depth_options
+from dataloaderx.engine.producer import start_producer
 
 __all__ = ["ThreadBackend"]
 
 T = TypeVar("T")
 
 
-@register_backend("thread")
 class ThreadBackend(Backend):
     """Prefetch up to ``depth`` batches (or ``"auto"``) in a background thread, while that pays.
 
-    Helps when making a batch or the training step releases the GIL (file and network
-    I/O, native decoding, torch ops, waiting on a GPU). With ``adaptive=True`` (the
-    default) the loader measures the first batches both ways and makes batches inline,
-    as ``DataLoader`` does, where the thread would not pay; ``adaptive=False`` always
-    prefetches. ``max_depth`` bounds ``depth="auto"``; ``max_bytes`` caps the bytes of
-    tensors buffered.
+    Helps when making a batch or the step releases the GIL (I/O, native decoding, torch ops,
+    GPU waits). ``adaptive=True`` (default) makes batches inline, as ``DataLoader`` does, where
+    measuring the first batches shows the thread would not pay; ``False`` always prefetches.
+    ``max_depth`` bounds ``depth="auto"``; ``max_bytes`` caps the tensor bytes buffered.
     """
 
     def __init__(
@@ -40,12 +36,10 @@ class ThreadBackend(Backend):
             self.name, depth=depth, max_depth=max_depth, max_bytes=max_bytes
         )
         self.adaptive = check_bool(self.name, "adaptive", adaptive)
-        self._policy = _adaptive.new_policy() if self.adaptive else None
+        self._policy = decision.new_policy() if self.adaptive else None
+
+    def inline_mode(self) -> InlineMode | None:
+        return None if self._policy is None else InlineMode(self._policy)
 
     def open(self, source: Iterator[T]) -> BatchStream[T]:
-        limits: dict[str, Any] = {"max_depth": self.max_depth, "max_bytes": self.max_bytes}
-        if self._policy is None:
-            return start_thread_stream(source, backend=self.name, depth=self.depth, **limits)
-        return _adaptive.start_adaptive_stream(
-            source, backend=self.name, depth=self.depth, policy=self._policy, **limits
-        )
+        return start_producer(source, self)

@@ -7,14 +7,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from dataloaderx._suggest import did_you_mean, quoted
-from dataloaderx.backends._depth_options import AUTO, check_depth, check_max_bytes
 from dataloaderx.bench import workload
 from dataloaderx.bench.errors import BenchError
 from dataloaderx.bench.loading import load_dataset, load_step
 from dataloaderx.bench.report import as_json, as_table
 from dataloaderx.bench.runner import BenchConfig, run_bench
+from dataloaderx.engine.buffer_options import AUTO, check_depth, check_max_bytes
 from dataloaderx.registry import available_backends, registered_backends
+from dataloaderx.util.suggest import did_you_mean, quoted
 
 __all__ = ["add_arguments", "run"]
 

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from torch.utils.data import DataLoader, Dataset
 
-from dataloaderx.bench._progress import Progress
+from dataloaderx.bench.progress import Progress
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 from types import ModuleType
 
-import dataloaderx.iterator
+import dataloaderx.epoch.iterator
 from dataloaderx import DataLoaderX
 from tests.helpers import RangeDataset, always_prefetching
 
@@ -43,7 +43,7 @@ class ProducerImports(importlib.abc.MetaPathFinder):
 
 def main(backend: str, warm_up: bool, always_prefetch: bool) -> None:
     if not warm_up:
-        dataloaderx.iterator.import_handoff_modules = lambda: None
+        dataloaderx.epoch.iterator.import_handoff_modules = lambda: None
     fresh = "hmac" not in sys.modules
     recorder = ProducerImports()
     sys.meta_path.insert(0, recorder)

@@ -1,0 +1,1 @@
+"""One epoch: the iterator ``iter(loader)`` returns, and the state it owns."""

@@ -1,0 +1,1 @@
+"""Saving and resuming a loader's position within an epoch."""
