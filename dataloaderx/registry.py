@@ -90,10 +90,8 @@ def _claimed_by(name: str) -> str | None:
 
 
 def register_backend(name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[B], B]:
-    """Class decorator that registers a :class:`~dataloaderx.Backend` under ``name``.
-
-    Raises ``ValueError`` if the name or an alias is invalid or already taken.
-    """
+    """Class decorator that registers a :class:`~dataloaderx.Backend` under ``name``; raises
+    ``ValueError`` if the name or an alias is invalid or already taken."""
     _check_name("backend name", name)
     for alias in aliases:
         _check_name("backend alias", alias)

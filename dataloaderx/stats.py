@@ -9,7 +9,7 @@ from threading import get_ident
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from dataloaderx.backends.base import Backend, ModePolicy
+from dataloaderx.backends.base import INLINE, Backend, ModePolicy
 from dataloaderx.engine.depth import fixed_usage
 
 if TYPE_CHECKING:
@@ -75,13 +75,16 @@ class LoaderStats:
         """What to try next, in a few words ("" when nothing needs fixing)."""
         if self.bound != "input-bound":
             return ""
-        more_workers = f"num_workers>={max(2, 2 * self.num_workers)}"
-        if self.producer_blocked_seconds is None:
-            return f"try backend='thread' or {more_workers}"
+        workers = f"num_workers>={max(2, 2 * self.num_workers)}"
+        inline = self.mode is not None and self.mode.startswith(INLINE)
+        blocked = None if inline else self.producer_blocked_seconds
         busy = self.produce_seconds / self.elapsed_seconds if self.elapsed_seconds > 0 else 1.0
-        if busy < 0.5 and self.depth is not None and self.producer_blocked_seconds > 0:
+        if blocked is None and not inline and self.backend != "thread":
+            return f"try backend='thread' or {workers}"
+        if busy < 0.5 and self.depth is not None and blocked:
             return f"try depth>={2 * self.depth}"
-        return f"try {more_workers} or make batches cheaper"
+        why = "batches were made inline as prefetching did not pay: " if inline else ""
+        return f"{why}try {workers} or make batches cheaper"
 
     def summary(self) -> str:
         """One line: is the loop input-bound or compute-bound, and what to try."""

@@ -28,3 +28,7 @@ def broken() -> Dataset[torch.Tensor]:
 
 def noop(batch: object) -> None:
     return None
+
+
+def fails(batch: object) -> None:
+    raise ValueError("the step cannot take this batch")

@@ -12,8 +12,9 @@ from torch.utils.data import Dataset
 
 from dataloaderx import DataLoaderX
 from dataloaderx.bench.runner import buffer_advice
+from dataloaderx.engine import decision as mode_decision
 from dataloaderx.stats import LoaderStats
-from tests.helpers import RangeDataset, SlowDataset, always_prefetching
+from tests.helpers import RangeDataset, SlowDataset, SwitchingPolicy, always_prefetching
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -176,6 +177,32 @@ def test_summary_wording() -> None:
     assert make_stats(batches=0).bound == "no data"
 
 
+def test_advice_never_names_the_backend_that_runs() -> None:
+    no_producer = make_stats(producer_blocked_seconds=None).summary()
+    assert "backend=" not in no_producer
+    assert no_producer.endswith("try num_workers>=2 or make batches cheaper")
+    inline = make_stats(
+        producer_blocked_seconds=None,
+        mode="inline (prefetching did not pay: ...); 0 of 10 batches prefetched",
+    ).summary()
+    assert "backend=" not in inline
+    assert "made inline as prefetching did not pay" in inline
+    assert inline.endswith("try num_workers>=2 or make batches cheaper")
+
+
+def test_summary_of_an_epoch_made_inline_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mode_decision, "new_policy", lambda: SwitchingPolicy("I"))
+    loader = DataLoaderX(SlowDataset(12, 0.002), batch_size=2, backend="thread")
+    assert len(list(loader)) == 6
+    stats = loader.stats
+    assert stats is not None
+    assert stats.mode is not None
+    assert stats.mode.startswith("inline (scripted)")
+    assert stats.bound == "input-bound"
+    assert "made inline" in stats.summary()
+    assert "backend=" not in stats.summary()
+
+
 class _Items(Dataset[torch.Tensor]):
     def __len__(self) -> int:
         return 3
@@ -208,16 +235,17 @@ def test_prefetch_records_stats_like_the_loader(backend: str) -> None:
     assert quiet.stats is None
 
 
-def test_buffer_usage_is_reported_for_fixed_and_auto_depth() -> None:
+@pytest.mark.parametrize("backend", ["thread", "background"])
+def test_buffer_usage_is_reported_for_fixed_and_auto_depth(backend: str) -> None:
     dataset = [torch.zeros(4) for _ in range(30)]  # 16 bytes a batch
-    fixed = DataLoaderX(dataset, batch_size=None, backend_options={"depth": 3})
+    fixed = DataLoaderX(dataset, batch_size=None, backend=backend, backend_options={"depth": 3})
     assert consume(fixed) == 30
     stats = fixed.stats
     assert stats is not None
     assert (stats.depth, stats.depth_min, stats.depth_median, stats.depth_max) == (3, 3, 3, 3)
     assert stats.peak_bytes is not None
     assert 16 <= stats.peak_bytes <= 3 * 16
-    auto = DataLoaderX(dataset, batch_size=None, backend_options={"depth": "auto"})
+    auto = DataLoaderX(dataset, batch_size=None, backend=backend, backend_options={"depth": "auto"})
     assert consume(auto) == 30
     stats = auto.stats
     assert stats is not None
@@ -253,9 +281,17 @@ def test_buffer_advice_names_depth_and_max_bytes_when_they_matter() -> None:
     assert "try depth='auto' (or depth>=8)" in buffer_advice(bursty)
 
 
-def test_buffer_usage_outlives_the_epoch_and_copies_without_the_stream() -> None:
+@pytest.mark.parametrize(
+    ("backend", "options"), [("thread", {"adaptive": False}), ("background", {})]
+)
+def test_buffer_usage_outlives_the_epoch_and_copies_without_the_stream(
+    backend: str, options: dict[str, Any]
+) -> None:
     loader = DataLoaderX(
-        [torch.zeros(4)] * 10, batch_size=None, backend_options={"depth": 3, "adaptive": False}
+        [torch.zeros(4)] * 10,
+        batch_size=None,
+        backend=backend,
+        backend_options={"depth": 3, **options},
     )
     iterator = iter(loader)
     next(iterator)

@@ -83,6 +83,7 @@ class _QueueBuffer(Buffer):
         self, pending: queue.Queue[_Queued], gate: _Gate, controller: DepthController | None
     ) -> None:
         self._pending = pending
+        self._depth = pending.maxsize  #: the fixed depth (closing lifts ``maxsize``)
         self._gate = gate
         self._controller = controller
         self._meter = None if controller is None else StallMeter(controller)
@@ -126,7 +127,7 @@ class _QueueBuffer(Buffer):
         with self._pending.mutex:
             peak = self._gate.budget.peak
             if self._controller is None:
-                return fixed_usage(self._pending.maxsize, peak)
+                return fixed_usage(self._depth, peak)
             return self._controller.usage(peak)
 
     def clear(self) -> None:

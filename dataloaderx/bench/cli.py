@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -10,8 +11,13 @@ from typing import Any
 from dataloaderx.bench import workload
 from dataloaderx.bench.errors import BenchError
 from dataloaderx.bench.loading import load_dataset, load_step
+from dataloaderx.bench.plot import pyplot, save_plot
 from dataloaderx.bench.report import as_json, as_table
 from dataloaderx.bench.runner import BenchConfig, run_bench
+from dataloaderx.bench.tune import report as tune_report
+from dataloaderx.bench.tune.measure import Workload
+from dataloaderx.bench.tune.plot import save_plot as save_tune_plot
+from dataloaderx.bench.tune.tuner import TuneConfig, run_tune
 from dataloaderx.engine.buffer_options import AUTO, check_depth, check_max_bytes
 from dataloaderx.registry import available_backends, registered_backends
 from dataloaderx.util.suggest import did_you_mean, quoted
@@ -20,6 +26,16 @@ __all__ = ["add_arguments", "run"]
 
 #: Batches per run when a user dataset is given without ``--batches``.
 USER_BATCHES = 50
+#: Runs per loader without ``--rounds``.
+ROUNDS = 3
+#: Seconds ``--tune`` takes without ``--budget``.
+TUNE_BUDGET = 60.0
+#: Options that ``--tune`` sets itself.
+_NOT_WITH_TUNE = {
+    "rounds": "--rounds (the sweep runs the leaders as often as --budget allows)",
+    "depth": "--depth (the sweep tries depth=2 and depth='auto')",
+    "max_bytes": "--max-bytes",
+}
 
 
 def _positive_int(text: str) -> int:
@@ -39,6 +55,16 @@ def _non_negative_int(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
 
@@ -90,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated backends to compare with DataLoader (default: all available)",
     )
     parser.add_argument(
-        "--rounds", type=_positive_int, default=3, help="runs per loader, alternated"
+        "--rounds", type=_positive_int, help=f"runs per loader, alternated (default {ROUNDS})"
     )
     parser.add_argument(
         "--depth",
@@ -103,6 +129,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_max_bytes,
         metavar="SIZE",
         help="cap on the bytes buffered, for every backend that takes one, e.g. 2GiB",
+    )
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="sweep num_workers, backends, depth (and pin_memory with an accelerator) within "
+        "--budget and print the best setting as code",
+    )
+    parser.add_argument(
+        "--budget",
+        type=_budget,
+        metavar="SECONDS",
+        help=f"with --tune: seconds for the whole sweep (default {TUNE_BUDGET:.0f})",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--plot", metavar="OUT.png", help="save a chart (needs matplotlib)")
@@ -128,8 +166,7 @@ def _backends(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def _config(args: argparse.Namespace) -> BenchConfig:
-    backends = _backends(args.backends)
+def _workload(args: argparse.Namespace) -> Workload:
     if args.dataset is None:
         dataset: Any = workload.default_dataset()
         batches = args.batches or workload.DEFAULT_BATCHES
@@ -139,36 +176,67 @@ def _config(args: argparse.Namespace) -> BenchConfig:
     step: Callable[[Any], object] = (
         workload.fake_step if args.step is None else load_step(args.step)
     )
+    return Workload(dataset, step, args.batch_size, batches)
+
+
+def _config(args: argparse.Namespace) -> BenchConfig:
+    if args.budget is not None:
+        raise BenchError("--budget applies to --tune only: add --tune, or leave --budget out")
+    run = _workload(args)
     return BenchConfig(
-        dataset=dataset,
-        step=step,
-        batch_size=args.batch_size,
+        dataset=run.dataset,
+        step=run.step,
+        batch_size=run.batch_size,
         num_workers=args.num_workers,
-        batches=batches,
-        backends=backends,
-        rounds=args.rounds,
+        batches=run.batches,
+        backends=_backends(args.backends),
+        rounds=args.rounds or ROUNDS,
         depth=args.depth,
         max_bytes=args.max_bytes,
     )
 
 
-def _bench(args: argparse.Namespace) -> int:
-    config = _config(args)
-    if args.plot is not None:
-        from dataloaderx.bench.plot import _pyplot
+def _tune_config(args: argparse.Namespace) -> TuneConfig:
+    for option, name in _NOT_WITH_TUNE.items():
+        if getattr(args, option) is not None:
+            raise BenchError(f"{name} does not apply with --tune: leave it out")
+    run = _workload(args)
+    needed = run.batches * run.batch_size
+    size = len(run.dataset) if hasattr(run.dataset, "__len__") else None
+    if size is not None and size < needed:
+        raise BenchError(
+            f"--tune runs {run.batches} batches of {run.batch_size} ({needed} items) per "
+            f"setting, but the dataset has {size} items: pass --batches "
+            f"{size // run.batch_size or 1} or less, or a smaller --batch-size"
+        )
+    return TuneConfig(
+        run,
+        _backends(args.backends),
+        num_workers=args.num_workers,
+        budget_seconds=args.budget or TUNE_BUDGET,
+    )
 
-        _pyplot()  # fail before running, not after
+
+def _bench(args: argparse.Namespace) -> int:
+    config: BenchConfig | TuneConfig = _tune_config(args) if args.tune else _config(args)
+    if args.plot is not None:
+        pyplot()  # fail before running, not after
     try:
-        result = run_bench(config, progress=not args.no_progress)
+        if isinstance(config, TuneConfig):
+            tuned = run_tune(config, progress=not args.no_progress)
+            print(tune_report.as_json(tuned) if args.json else tune_report.as_table(tuned))
+        else:
+            result = run_bench(config, progress=not args.no_progress)
+            print(as_json(result) if args.json else as_table(result))
     except BenchError:
         raise
     except Exception as exc:
         raise BenchError(f"the benchmark run failed: {exc!r}") from exc
-    print(as_json(result) if args.json else as_table(result))
     if args.plot is not None:
-        from dataloaderx.bench.plot import save_plot
-
-        save_plot(result, args.plot)
+        if isinstance(config, TuneConfig):
+            save_tune_plot(tuned, args.plot)
+        else:
+            save_plot(result, args.plot)
         print(f"plot saved to {args.plot}", file=sys.stderr)
     return 0
 

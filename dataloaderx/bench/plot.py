@@ -8,10 +8,11 @@ from typing import Any
 from dataloaderx.bench.errors import BenchError
 from dataloaderx.bench.runner import BenchResult, trace_of
 
-__all__ = ["save_plot"]
+__all__ = ["pyplot", "save_figure", "save_plot"]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive backend, or a :class:`BenchError`."""
     try:
         import matplotlib
     except ImportError:
@@ -27,7 +28,7 @@ def _pyplot() -> Any:
 def save_plot(result: BenchResult, path: str | os.PathLike[str]) -> None:
     """Write a PNG with batches/s per loader and, per backend, when batches were made
     (producer) and when the training loop waited for one (consumer)."""
-    plt = _pyplot()
+    plt = pyplot()
     traced = [name for name in result.runs if trace_of(result.typical(name))]
     figure, axes = plt.subplots(
         1 + len(traced), 1, figsize=(9, 3 + 1.4 * len(traced)), squeeze=False
@@ -48,6 +49,11 @@ def save_plot(result: BenchResult, path: str | os.PathLike[str]) -> None:
         axis.set_yticks([0, 1], ["loop waits", "producer"])
         axis.set_title(f"{name}: timeline")
         axis.set_xlabel("seconds")
+    save_figure(plt, figure, path)
+
+
+def save_figure(plt: Any, figure: Any, path: str | os.PathLike[str]) -> None:
+    """Lay out ``figure``, write it to ``path`` and close it."""
     figure.tight_layout()
     try:
         figure.savefig(path)

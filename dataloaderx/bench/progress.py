@@ -11,9 +11,10 @@ __all__ = ["Progress"]
 
 
 class Progress(ClosesOnExit):
-    """Count batches across every run; ``enabled=False`` shows nothing."""
+    """Count batches (or seconds, with ``unit="s"``) across every run; ``enabled=False``
+    shows nothing."""
 
-    def __init__(self, total: int, *, enabled: bool = True) -> None:
+    def __init__(self, total: float, *, enabled: bool = True, unit: str = "batch") -> None:
         self._bar: Any = None
         self._enabled = enabled
         if not enabled:
@@ -22,7 +23,7 @@ class Progress(ClosesOnExit):
             from tqdm import tqdm
         except ImportError:
             return
-        self._bar = tqdm(total=total, unit="batch", file=sys.stderr, leave=False)
+        self._bar = tqdm(total=total, unit=unit, file=sys.stderr, leave=False)
 
     def start_run(self, label: str) -> None:
         """Announce the run about to start."""
@@ -31,10 +32,10 @@ class Progress(ClosesOnExit):
         elif self._enabled:
             print(f"running {label} ...", file=sys.stderr, flush=True)
 
-    def advance(self) -> None:
-        """Count one batch."""
+    def advance(self, amount: float = 1) -> None:
+        """Count ``amount`` more batches (or seconds)."""
         if self._bar is not None:
-            self._bar.update(1)
+            self._bar.update(amount)
 
     def close(self) -> None:
         """Close the progress bar, if there is one."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from dataloaderx.bench.runner import BenchResult
 
-__all__ = ["as_json", "as_table"]
+__all__ = ["as_json", "as_table", "fixed_width"]
 
 _COLUMNS = (
     "loader",
@@ -20,6 +21,17 @@ _COLUMNS = (
     "held MiB",
 )
 _MIB = 1024**2
+
+
+def fixed_width(columns: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of a table: the header, a rule, then one line per row of ``body``."""
+    widths = [max(len(cells[i]) for cells in [columns, *body]) for i in range(len(columns))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+        for cells in [columns, *body]
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return lines
 
 
 def _rows(result: BenchResult) -> list[dict[str, Any]]:
@@ -69,12 +81,7 @@ def as_table(result: BenchResult) -> str:
         )
         for row in _rows(result)
     ]
-    widths = [max(len(cells[i]) for cells in [_COLUMNS, *body]) for i in range(len(_COLUMNS))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-        for cells in [_COLUMNS, *body]
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    lines = fixed_width(_COLUMNS, body)
     config = result.config
     header = (
         f"batch_size={config.batch_size} num_workers={config.num_workers} "

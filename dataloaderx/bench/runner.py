@@ -17,7 +17,15 @@ from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
 from dataloaderx.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEvent
 
-__all__ = ["BASELINE", "BenchConfig", "BenchResult", "RunResult", "buffer_advice", "run_bench"]
+__all__ = [
+    "BASELINE",
+    "BenchConfig",
+    "BenchResult",
+    "RunResult",
+    "buffer_advice",
+    "close_iterator",
+    "run_bench",
+]
 
 #: Name of the plain ``torch.utils.data.DataLoader`` contestant.
 BASELINE: Final = "DataLoader"
@@ -151,6 +159,14 @@ def _make_loader(name: str, config: BenchConfig) -> DataLoader[Any]:
     return DataLoaderX(config.dataset, backend=name, backend_options=options, **common)
 
 
+def close_iterator(iterator: Iterator[Any]) -> None:
+    """Stop a loader's iterator now: ``close()`` for ``DataLoaderX``, the worker shutdown
+    for ``DataLoader``."""
+    close = getattr(iterator, "close", None) or getattr(iterator, "_shutdown_workers", None)
+    if close is not None:
+        close()
+
+
 def run_once(name: str, config: BenchConfig, progress: Progress) -> RunResult:
     """Run ``config.batches`` batches (or the whole epoch if shorter) of ``name``."""
     loader = _make_loader(name, config)
@@ -174,9 +190,7 @@ def run_once(name: str, config: BenchConfig, progress: Progress) -> RunResult:
             count += 1
             progress.advance()
     finally:
-        close = getattr(iterator, "close", None) or getattr(iterator, "_shutdown_workers", None)
-        if close is not None:
-            close()
+        close_iterator(iterator)
     seconds = perf_counter() - start
     stats = loader.stats if isinstance(loader, DataLoaderX) else None
     return RunResult(name, seconds, count, waited, first, stats)

@@ -13,7 +13,7 @@ from dataloaderx.engine.stream import Stream
 class ProducerSlot:
     """Holds the epoch's producer stream while one runs, which closing the epoch (from any
     thread) stops; thread-safe. ``mode`` is how the latest batches were made, ``usage`` the
-    buffer usage of the latest producer that ran."""
+    buffer usage of the latest producer that held bytes, else of the first."""
 
     __slots__ = ("_lock", "_stream", "mode", "usage")
 
@@ -37,10 +37,11 @@ class ProducerSlot:
             try:
                 stream.close()
             finally:
-                self.usage = stream.usage() or self.usage
+                usage = stream.usage()  # one that held no bytes (read only the end) adds nothing
+                if usage is not None and (usage.peak_bytes or self.usage is None):
+                    self.usage = usage
 
-    def __getstate__(self) -> dict[str, Any]:
-        # A copy (of a loader, with its statistics) keeps what the figures need only.
+    def __getstate__(self) -> dict[str, Any]:  # a copy keeps what the figures need only
         return {"mode": self.mode, "usage": self.current_usage()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -1,0 +1,422 @@
+"""``dataloaderx bench --tune``: the sweep on a fake clock, the ceiling, memory, a real run."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, Dataset
+
+from dataloaderx import DataLoaderX
+from dataloaderx.bench.runner import BASELINE
+from dataloaderx.bench.tune import report
+from dataloaderx.bench.tune.grid import Grid, Setting, worker_counts
+from dataloaderx.bench.tune.measure import (
+    CACHED_BATCHES,
+    Ceiling,
+    Measurement,
+    Workload,
+    measure_ceiling,
+)
+from dataloaderx.bench.tune.memory import PeakMemory
+from dataloaderx.bench.tune.sweep import KEEP_SHARE, Budget, SweepResult, run_sweep
+from dataloaderx.bench.tune.tuner import TuneConfig, TuneResult, as_code, as_yaml, run_tune
+from dataloaderx.cli import main
+from tests.helpers import RangeDataset
+
+pytestmark = pytest.mark.timeout(120)
+
+GRID = Grid(worker_counts=(0, 1, 2, 4, 8, 16), backends=("sync", "thread"))
+OWN = Setting(0, BASELINE)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Quiet:
+    def start_run(self, label: str) -> None:
+        pass
+
+    def advance(self, amount: float = 1) -> None:
+        pass
+
+
+def fake_measure(
+    clock: FakeClock,
+    rate: Callable[[Setting], float],
+    seconds: Callable[[Setting], float] = lambda setting: 1.0,
+) -> Callable[[Setting], Measurement]:
+    """Each run "takes" ``seconds(setting)`` on ``clock`` and reaches ``rate(setting)``."""
+
+    def measure(setting: Setting) -> Measurement:
+        clock.now += seconds(setting)
+        return Measurement(10, rate(setting), 0.01, 0.0)
+
+    return measure
+
+
+def sweep(
+    rate: Callable[[Setting], float],
+    budget: float = 1000.0,
+    seconds: Callable[[Setting], float] = lambda setting: 1.0,
+    grid: Grid = GRID,
+) -> tuple[SweepResult, FakeClock]:
+    clock = FakeClock()
+    result = run_sweep(
+        grid,
+        OWN,
+        fake_measure(clock, rate, seconds),
+        budget=Budget(budget, clock),
+        progress=Quiet(),
+    )
+    return result, clock
+
+
+def best_at_four_threads(setting: Setting) -> float:
+    """Peaks at 4 workers; ``thread`` with ``depth='auto'`` is best by construction."""
+    rate = 10.0 + 5 * min(setting.num_workers, 4) - (setting.num_workers > 4) * 3
+    bonus = {"thread": 2.0, "sync": 0.0, BASELINE: 0.0}[setting.loader]
+    return rate + bonus + (setting.depth == "auto")
+
+
+# The sweep, on a fake clock -----------------------------------------------------------
+
+
+def test_the_answer_is_the_best_measured_setting() -> None:
+    result, _ = sweep(best_at_four_threads)
+    assert result.ranked()[0] == Setting(4, "thread", "auto")
+    assert result.leaders[0] == Setting(4, "thread", "auto")
+    assert all(len(result.runs[s]) > 1 for s in result.leaders)
+    assert all(len(result.runs[s]) == 1 for s in result.pruned())
+
+
+def test_worker_counts_stop_growing_once_two_more_workers_do_not_help() -> None:
+    result, _ = sweep(best_at_four_threads)
+    # 8 workers (4 more than the best, 4) are slower: 16 is never tried.
+    assert result.worker_counts == (0, 1, 2, 4, 8)
+    assert "num_workers=8 was no faster than num_workers=4" in result.cut_short
+    assert {s.num_workers for s in result.runs} == {0, 1, 2, 4, 8}
+
+    flat_after_one, _ = sweep(lambda s: 10.0 + min(s.num_workers, 1))
+    assert flat_after_one.worker_counts == (0, 1, 2, 4)  # 2 is not two more than 1
+
+
+def test_a_flat_grid_keeps_growing_while_the_workers_count_is_within_two() -> None:
+    result, _ = sweep(lambda s: 10.0)
+    assert result.worker_counts == (0, 1, 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_pruning_never_drops_the_measured_leader(data: st.DataObject) -> None:
+    first_rates: dict[Setting, float] = {}
+    later = st.floats(min_value=1.0, max_value=100.0)
+
+    def rate(setting: Setting) -> float:
+        if setting not in first_rates:
+            first_rates[setting] = data.draw(later)
+            return first_rates[setting]
+        return data.draw(later)
+
+    result, _ = sweep(rate, budget=data.draw(st.floats(min_value=1.0, max_value=200.0)))
+    first_best = max(first_rates, key=first_rates.__getitem__)
+    assert first_best in result.leaders
+    top = first_rates[first_best]
+    assert all(first_rates[s] >= KEEP_SHARE * top for s in result.leaders)
+    medians = {s: statistics.median(run.rate for run in result.runs[s]) for s in result.leaders}
+    assert medians[result.ranked()[0]] == max(medians.values())
+    assert result.ranked()[: len(result.leaders)] == sorted(
+        result.leaders, key=medians.__getitem__, reverse=True
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(min_value=0.5, max_value=300.0))
+def test_the_budget_is_respected(budget: float) -> None:
+    result, clock = sweep(best_at_four_threads, budget=budget)
+    # The first run always goes ahead (an answer needs one); no other run ends past the budget.
+    assert clock.now <= max(budget, 1.0)
+    assert result.seconds == clock.now
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.integers(0, 16), st.floats(0.1, 5.0)), st.floats(1.0, 100.0))
+def test_a_run_longer_than_any_before_overruns_by_at_most_itself(
+    durations: dict[int, float], budget: float
+) -> None:
+    def seconds(setting: Setting) -> float:
+        return durations.get(setting.num_workers, 1.0)
+
+    _, clock = sweep(best_at_four_threads, budget=budget, seconds=seconds)
+    assert clock.now <= budget + max([1.0, *durations.values()])
+
+
+def test_rounds_alternate_the_leaders() -> None:
+    order: list[Setting] = []
+    clock = FakeClock()
+    measure = fake_measure(clock, best_at_four_threads)
+
+    def recording(setting: Setting) -> Measurement:
+        order.append(setting)
+        return measure(setting)
+
+    result = run_sweep(GRID, OWN, recording, budget=Budget(60.0, clock), progress=Quiet())
+    later = order[len(result.runs) :]
+    leaders = list(result.leaders)
+    assert later[: 2 * len(leaders)] == leaders + leaders
+
+
+# The grid and the answer as code -------------------------------------------------------
+
+
+def test_worker_counts_double_up_to_the_cores() -> None:
+    assert worker_counts(1) == [0, 1]
+    assert worker_counts(6) == [0, 1, 2, 4]
+    assert worker_counts(16, include=3) == [0, 1, 2, 3, 4, 8, 16]
+
+
+def test_grid_tries_both_depths_only_where_a_backend_takes_one() -> None:
+    settings_ = GRID.settings(2)
+    assert settings_ == [
+        Setting(2, BASELINE),
+        Setting(2, "sync"),
+        Setting(2, "thread", 2),
+        Setting(2, "thread", "auto"),
+    ]
+    pinned = Grid((0,), ("sync",), (False, True)).settings(0)
+    assert [s.pin_memory for s in pinned] == [False, False, True, True]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [Setting(2, "thread", "auto"), Setting(1, "sync"), Setting(2, BASELINE, pin_memory=True)],
+    ids=lambda s: s.label,
+)
+def test_the_code_and_the_yaml_build_the_recommended_loader(setting: Setting) -> None:
+    dataset = RangeDataset(8)
+    code = as_code(setting, 4)
+    loader = eval(code, {"DataLoader": DataLoader, "DataLoaderX": DataLoaderX, "dataset": dataset})
+    assert (loader.batch_size, loader.num_workers) == (4, setting.num_workers)
+    assert loader.pin_memory == setting.pin_memory
+    from_yaml = DataLoaderX.from_config(dataset, yaml.safe_load(as_yaml(setting, 4)))
+    assert (from_yaml.batch_size, from_yaml.num_workers) == (4, setting.num_workers)
+    if setting.loader == BASELINE:
+        assert type(loader) is DataLoader
+        assert from_yaml.prefetch_backend.name == "sync"
+    else:
+        backend = loader.prefetch_backend
+        assert backend.name == from_yaml.prefetch_backend.name == setting.loader
+        assert backend.describe() == from_yaml.prefetch_backend.describe()
+        assert backend.describe().get("depth") == setting.depth
+
+
+def made_result(
+    runs: dict[Setting, list[tuple[float, float]]], ceiling_rate: float = 50.0
+) -> TuneResult:
+    """A result from given ``(rate, step seconds)`` runs; every setting is a leader."""
+    sweep = SweepResult(
+        runs={s: [Measurement(10, rate, step, 0.0) for rate, step in r] for s, r in runs.items()},
+        leaders=tuple(runs),
+    )
+    config = TuneConfig(Workload(RangeDataset(8), lambda batch: None, 4, 2), ("thread",))
+    return TuneResult(config, Ceiling(ceiling_rate, 0.020, 10), sweep, OWN)
+
+
+def test_the_verdict_reads_the_rows() -> None:
+    fast, slow = Setting(2, "thread", 2), Setting(8, BASELINE)
+    result = made_result(
+        {OWN: [(20.0, 0.020)] * 2, fast: [(45.0, 0.021), (46.0, 0.021)], slow: [(40.0, 0.0224)] * 2}
+    )
+    lines = report.verdict(result)
+    assert lines[1] == f"    {as_code(fast, 4)}"
+    assert "runner-up: DataLoader workers=8, 13.7% slower (their runs spread 2.2%)" in lines
+    assert "data loading costs you 9% of what your step allows (45.5 of 50.0 batches/s)" in lines
+    assert lines[-1] == "the step ran 12% slower with DataLoader workers=8 running"
+
+
+def test_close_settings_are_called_within_noise() -> None:
+    one, two = Setting(0, "thread", 2), Setting(0, "thread", "auto")
+    result = made_result({one: [(49.0, 0.02), (47.0, 0.02)], two: [(48.0, 0.02), (46.5, 0.02)]})
+    answer = result.answer()
+    assert (answer.best, answer.runner_up) == (one, two)
+    assert answer.within_noise
+    assert result.noisiest() is None
+    assert any("within noise (their runs spread 4.2%)" in line for line in report.verdict(result))
+    single = made_result({one: [(49.0, 0.02)], two: [(48.0, 0.02)]})
+    assert single.answer().spread is None
+    assert any("too few to tell from noise" in line for line in report.verdict(single))
+
+
+# The ceiling and memory ----------------------------------------------------------------
+
+
+class CountingDataset(Dataset[torch.Tensor]):
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.calls = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        self.calls += 1
+        return torch.full((3,), index)
+
+
+def test_the_ceiling_replays_cached_batches_without_calling_the_dataset() -> None:
+    dataset = CountingDataset(100)
+    seen: list[torch.Tensor] = []
+    ceiling = measure_ceiling(Workload(dataset, seen.append, batch_size=5, batches=12))
+    assert dataset.calls == CACHED_BATCHES * 5  # the batches made once, nothing more
+    assert ceiling.batches == len(seen) == 12
+    assert [int(batch[0, 0]) for batch in seen[:5]] == [0, 5, 10, 15, 0]
+    assert ceiling.rate > 0
+
+
+def test_peak_memory_counts_the_worker_processes() -> None:
+    pytest.importorskip("psutil")
+    with PeakMemory() as alone:
+        time.sleep(0.2)
+    hold = "import sys, time; block = bytearray(200 * 2**20); print('ready', flush=True); time.sleep(30)"  # noqa: E501
+    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        with PeakMemory() as with_child:
+            time.sleep(0.2)
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert alone.peak_bytes is not None
+    assert with_child.peak_bytes is not None
+    assert with_child.peak_bytes - alone.peak_bytes > 150 * 2**20
+
+
+# A real sweep on a small workload ------------------------------------------------------
+
+
+class SleepyItems(Dataset[torch.Tensor]):
+    """Items that wait (releasing the GIL) as storage would: workers help."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.002)
+        return torch.full((4,), index)
+
+
+def gil_step(batch: Any) -> None:
+    """A step that holds the GIL for about a millisecond."""
+    end = time.perf_counter() + 0.001
+    while time.perf_counter() < end:
+        pass
+
+
+def real_tune(budget: float = 4.0) -> TuneResult:
+    workload = Workload(SleepyItems(), gil_step, batch_size=4, batches=6)
+    config = TuneConfig(workload, ("sync", "thread"), budget_seconds=budget, cores=1)
+    return run_tune(config, progress=False)
+
+
+def test_a_real_sweep_recommends_its_best_measured_row() -> None:
+    result = real_tune()
+    answer = result.answer()
+    assert answer.best == result.sweep.ranked()[0]
+    assert result.rate(answer.best) == max(result.rate(s) for s in result.sweep.leaders)
+    assert result.own in result.sweep.runs
+    table = report.as_table(result)
+    assert as_code(answer.best, 4) in table
+    assert "of ceiling" in table
+    assert "data loading costs you" in table
+    document = json.loads(report.as_json(result))
+    rows = [row for row in document["results"] if not row["pruned"]]
+    assert rows[0]["batches_per_second"] == max(row["batches_per_second"] for row in rows)
+    assert [row["pruned"] for row in document["results"]] == sorted(
+        row["pruned"] for row in document["results"]
+    )  # the leaders first
+    assert document["recommendation"]["code"] == as_code(answer.best, 4)
+    assert document["ceiling"]["batches_per_second"] == result.ceiling.rate
+
+
+# The command line ---------------------------------------------------------------------
+
+TINY = ["--dataset", "tests.bench_fixtures:tiny", "--step", "tests.bench_fixtures:noop"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["bench", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "soon", "nan", "inf"])
+def test_a_budget_that_is_not_a_positive_number_is_refused(
+    capsys: pytest.CaptureFixture[str], budget: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "--tune", "--budget", budget])
+    assert exited.value.code == 2
+    assert f"expected a positive number of seconds, got {budget!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "5"], "--budget applies to --tune only"),
+        (["--tune", "--depth", "4"], "--depth (the sweep tries depth=2 and depth='auto') does"),
+        (["--tune", "--rounds", "2"], "--rounds (the sweep runs the leaders"),
+        (["--tune", *TINY, "--batch-size", "8"], "but the dataset has 40 items: pass --batches 5"),
+        (["--tune", "--dataset", "tests.bench_fixtures:broken"], "raised OSError"),
+        (["--tune", "--dataset", "tests.bench_fixtures:not_a_dataset"], "not a Dataset"),
+        (["--tune", "--step", "tests.bench_fixtures:NOT_CALLABLE"], "not callable"),
+        (["--tune", "--step", "no_such_module:step"], "cannot import module"),
+    ],
+)
+def test_bad_tune_input_fails_before_anything_runs(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2
+    assert out == ""
+    assert message in err
+
+
+def test_a_step_that_raises_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(
+        capsys, "--tune", "--dataset", "tests.bench_fixtures:tiny",
+        "--step", "tests.bench_fixtures:fails", "--batches", "2", "--no-progress",
+    )  # fmt: skip
+    assert code == 2
+    assert "--step: the step raised on a batch of the dataset: ValueError(" in err
+
+
+def test_tune_from_the_command_line_prints_json_and_a_plot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "tune.png"
+    code, out, _ = run_cli(
+        capsys, "--tune", *TINY, "--batches", "4", "--batch-size", "2", "--budget", "3",
+        "--backends", "thread", "--no-progress", "--json", "--plot", str(plot),
+    )  # fmt: skip
+    assert code == 0
+    document = json.loads(out)
+    assert document["results"][0]["loader"] in {BASELINE, "thread"}
+    assert document["sweep"]["seconds"] > 0
+    assert plot.stat().st_size > 0
