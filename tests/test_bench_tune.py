@@ -234,7 +234,7 @@ def made_result(
         leaders=tuple(runs),
     )
     config = TuneConfig(Workload(RangeDataset(8), lambda batch: None, 4, 2), ("thread",))
-    return TuneResult(config, Ceiling(ceiling_rate, 0.020, 10), sweep, OWN)
+    return TuneResult(config, config.grid(), Ceiling(ceiling_rate, 0.020, 10), sweep, OWN)
 
 
 def test_the_verdict_reads_the_rows() -> None:

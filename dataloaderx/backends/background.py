@@ -85,7 +85,6 @@ class _QueueBuffer(Buffer):
         self._pending = pending
         self._depth = pending.maxsize  #: the fixed depth (closing lifts ``maxsize``)
         self._gate = gate
-        self._controller = controller
         self._meter = None if controller is None else StallMeter(controller)
         self._cleared = False  #: set by clear(): the stream closed; a waiting loop gets the end
 
@@ -126,9 +125,9 @@ class _QueueBuffer(Buffer):
     def usage(self) -> BufferUsage:
         with self._pending.mutex:
             peak = self._gate.budget.peak
-            if self._controller is None:
+            if self._meter is None:
                 return fixed_usage(self._depth, peak)
-            return self._controller.usage(peak)
+            return self._meter.controller.usage(peak)
 
     def clear(self) -> None:
         # Only while closing. BackgroundGenerator's puts never time out and, when the garbage

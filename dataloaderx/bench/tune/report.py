@@ -137,7 +137,7 @@ def as_table(result: TuneResult) -> str:
         )
         for row in _rows(result)
     ]
-    if len(result.config.grid().pin_memory) == 1:  # no accelerator: pin_memory is not swept
+    if len(result.grid.pin_memory) == 1:  # no accelerator: pin_memory is not swept
         pin = columns.index("pin")
         columns = columns[:pin] + columns[pin + 1 :]
         body = [cells[:pin] + cells[pin + 1 :] for cells in body]

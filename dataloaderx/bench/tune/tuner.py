@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Final
@@ -16,7 +15,6 @@ from dataloaderx.bench.runner import BASELINE
 from dataloaderx.bench.tune.grid import Grid, Setting, usable_cores, worker_counts
 from dataloaderx.bench.tune.measure import (
     Ceiling,
-    Measurement,
     Workload,
     accelerator,
     measure,
@@ -69,9 +67,10 @@ class Answer:
 
 @dataclass(frozen=True)
 class TuneResult:
-    """The ceiling and every run of the sweep."""
+    """The grid swept, the ceiling and every run of the sweep."""
 
     config: TuneConfig
+    grid: Grid
     ceiling: Ceiling
     sweep: SweepResult
     own: Setting
@@ -130,26 +129,17 @@ def as_yaml(setting: Setting, batch_size: int) -> str:
     return yaml.safe_dump(kwargs, sort_keys=False).rstrip()
 
 
-def run_tune(
-    config: TuneConfig,
-    *,
-    progress: bool = True,
-    clock: Callable[[], float] = perf_counter,
-    measure_setting: Callable[[Setting], Measurement] | None = None,
-) -> TuneResult:
+def run_tune(config: TuneConfig, *, progress: bool = True) -> TuneResult:
     """Time the ceiling, then sweep the grid within ``config.budget_seconds`` in all."""
-    budget = Budget(config.budget_seconds, clock)
+    budget = Budget(config.budget_seconds, perf_counter)
     workload = config.workload
     own = Setting(config.num_workers, BASELINE)
+    grid = config.grid()
     with Progress(config.budget_seconds, enabled=progress, unit="s") as bar:
         bar.start_run("ceiling: the step on cached batches")
         ceiling = measure_ceiling(workload)
         bar.advance(budget.used())
         sweep = run_sweep(
-            config.grid(),
-            own,
-            measure_setting or (lambda setting: measure(setting, workload)),
-            budget=budget,
-            progress=bar,
+            grid, own, lambda setting: measure(setting, workload), budget=budget, progress=bar
         )
-    return TuneResult(config, ceiling, sweep, own)
+    return TuneResult(config, grid, ceiling, sweep, own)
