@@ -149,13 +149,14 @@ class _Sweeper:
         best_count, best_rate = -1, 0.0
         for count in grid.worker_counts:
             self.result.worker_counts += (count,)
-            for setting in grid.settings(count):
+            stage = grid.settings(count)
+            for setting in stage:
                 if setting not in self.result.runs and not self.run(setting, "first round"):
                     self.result.cut_short = (
                         "the budget ran out in the first round: raise --budget to try every setting"
                     )
                     return
-            rate = max(self.result.runs[s][0].rate for s in grid.settings(count))
+            rate = max(self.result.runs[s][0].rate for s in stage)
             if rate > best_rate * (1 + MIN_GAIN):
                 best_count, best_rate = count, rate
             elif count >= best_count + 2:
