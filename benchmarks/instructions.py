@@ -8,23 +8,36 @@ An instruction is not a unit of time (a cache miss or a thread hand-off costs fa
 than its instructions), so this complements the timed benchmarks: it shows the fixed
 cost per batch that a loader adds where nothing overlaps, and nothing about overlap.
 
-Each loader runs in its own process under ``valgrind --tool=callgrind``, twice: with 2
-untimed epochs (construction, imports, the adaptive decision) and with 2 + ``--epochs``
-epochs; the difference divided by the extra batches is its cost per batch. The processes
-run with ``PYTHONHASHSEED=0`` (hash randomisation changes dict and set work from run to
-run) and one intra-op thread (``OMP_NUM_THREADS=1``: idle OpenMP threads spin for a
-time, and callgrind counts the spinning), which leaves the count of a process the same
-to within a few hundred instructions. Single-process loops only (``num_workers=0``):
-worker processes are not counted. Needs ``valgrind`` on the PATH (Debian: ``apt-get
-install valgrind``); each process takes about a minute.
+Each loader runs in its own process under ``valgrind --tool=callgrind``: it builds the
+loader, runs 2 untimed epochs (imports, the adaptive decision), then ``--epochs`` counted
+ones; callgrind splits its count at a call of ``getppid`` made just before and just after
+the counted epochs (``--dump-before=getppid``), and the count between them divided by the
+batches is the cost per batch. Before the counted epochs the process freezes its heap for
+the garbage collector (``gc.freeze()``): a full collection otherwise walks every object
+the imports made, so whether one falls inside the counted epochs, and how much it costs,
+depends on everything the process imported, and moves the per-batch count by hundreds of
+instructions. Where each object lands in memory moves it too (collisions in Python's
+method cache, for one, follow the addresses of names), and that changes with anything the
+process loads. So each loader runs under ``LAYOUTS`` hash seeds (``PYTHONHASHSEED`` 0, 1,
+...: the seed changes the order of the dict and set work of the imports, and with it where
+everything lands), and the table gives the mean, with the range over the seeds. Layout
+still sets the resolution: the same code under the same seed has counted over 700
+instructions per batch apart when only the environment of the process differed (a path,
+a variable), so read a difference of a few hundred as none. One intra-op thread
+(``OMP_NUM_THREADS=1``): idle OpenMP threads spin for a time, and callgrind counts the
+spinning. Single-process loops only (``num_workers=0``): worker processes are not
+counted. Needs ``valgrind`` on the PATH (Debian: ``apt-get install valgrind``); each
+process takes about a minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +67,8 @@ CASES: dict[str, tuple[Dataset[Any], dict[str, Any]]] = {
     "one integer per batch": (Integers(), {"batch_size": None}),
 }
 WARM_EPOCHS = 2
+#: Hash seeds (memory layouts) each loader is counted under.
+LAYOUTS = 3
 #: contestant -> DataLoaderX backend spec (None: DataLoader or the naive pattern).
 CONTESTANTS: dict[str, dict[str, Any] | None] = {
     bench.BASELINE: None,
@@ -66,7 +81,8 @@ CONTESTANTS: dict[str, dict[str, Any] | None] = {
 
 
 def run_epochs(case: str, contestant: str, epochs: int) -> None:
-    """The program callgrind counts: build the loader, then iterate ``epochs`` epochs."""
+    """The program callgrind counts: build the loader, run the untimed epochs, then mark
+    the counted ``epochs`` on both sides with a call of ``getppid``."""
     dataset, kwargs = CASES[case]
     spec = CONTESTANTS[contestant]
     loader: Any
@@ -76,18 +92,27 @@ def run_epochs(case: str, contestant: str, epochs: int) -> None:
         loader = bench.NaiveBackgroundLoader(dataset, **kwargs)
     else:
         loader = DataLoaderX(dataset, backend=spec, **kwargs)
+    for _ in range(WARM_EPOCHS):
+        for _batch in loader:
+            pass
+    gc.collect()
+    gc.freeze()
+    os.getppid()
     for _ in range(epochs):
         for _batch in loader:
             pass
+    os.getppid()
 
 
-def count_instructions(case: str, contestant: str, epochs: int, valgrind: str) -> int:
-    """Instructions callgrind counted for a process that runs ``epochs`` epochs."""
+def count_instructions(case: str, contestant: str, epochs: int, seed: int, valgrind: str) -> int:
+    """Instructions callgrind counted over the ``epochs`` counted epochs of one process."""
     with tempfile.TemporaryDirectory() as scratch:
+        output = Path(scratch) / "callgrind.out"
         command = [
             valgrind,
             "--tool=callgrind",
-            f"--callgrind-out-file={Path(scratch) / 'callgrind.out'}",
+            "--dump-before=getppid",
+            f"--callgrind-out-file={output}",
             sys.executable,
             __file__,
             "--child",
@@ -95,12 +120,18 @@ def count_instructions(case: str, contestant: str, epochs: int, valgrind: str) -
             contestant,
             str(epochs),
         ]
-        environment = dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
+        environment = dict(os.environ, PYTHONHASHSEED=str(seed), OMP_NUM_THREADS="1")
         done = subprocess.run(command, capture_output=True, text=True, check=True, env=environment)
-    found = re.search(r"Collected\s*:\s*([\d,]+)", done.stderr)
+        # Part 1 ends at the first getppid, part 2 (the counted epochs) at the second.
+        counted = Path(f"{output}.2")
+        found = (
+            re.search(r"^totals:\s*(\d+)", counted.read_text(), re.MULTILINE)
+            if counted.exists()
+            else None
+        )
     if found is None:
-        raise SystemExit(f"callgrind printed no count:\n{done.stderr[-2000:]}")
-    return int(found.group(1).replace(",", ""))
+        raise SystemExit(f"callgrind wrote no count of the counted epochs:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
 
 
 def batches_per_epoch(case: str) -> int:
@@ -113,6 +144,9 @@ def main() -> None:
     arguments.add_argument("--epochs", type=int, default=2, help="counted epochs (default 2)")
     arguments.add_argument("--case", action="append", choices=list(CASES), help="repeatable")
     arguments.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
+    arguments.add_argument(
+        "--loader", action="append", choices=list(CONTESTANTS), help="repeatable"
+    )
     arguments.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = arguments.parse_args()
     if args.child:
@@ -124,32 +158,41 @@ def main() -> None:
         raise SystemExit("valgrind is not on the PATH: install it (apt-get install valgrind)")
     bench.print_machine()
     cases = args.case or list(CASES)
-    jobs = [
-        (case, name, epochs)
-        for case in cases
-        for name in CONTESTANTS
-        for epochs in (WARM_EPOCHS, WARM_EPOCHS + args.epochs)
-    ]
+    loaders = args.loader or list(CONTESTANTS)
+    if bench.BASELINE not in loaders:
+        loaders.insert(0, bench.BASELINE)
+    jobs = [(case, name, seed) for case in cases for name in loaders for seed in range(LAYOUTS)]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         counts = dict(
-            zip(jobs, pool.map(lambda job: count_instructions(*job, valgrind), jobs), strict=True)
+            zip(
+                jobs,
+                pool.map(
+                    lambda job: count_instructions(job[0], job[1], args.epochs, job[2], valgrind),
+                    jobs,
+                ),
+                strict=True,
+            )
         )
     rows = []
     for case in cases:
         batches = args.epochs * batches_per_epoch(case)
-        per_batch = {
-            name: (
-                counts[(case, name, WARM_EPOCHS + args.epochs)] - counts[(case, name, WARM_EPOCHS)]
-            )
-            / batches
-            for name in CONTESTANTS
+        per_seed = {
+            name: [counts[(case, name, seed)] / batches for seed in range(LAYOUTS)]
+            for name in loaders
         }
-        base = per_batch[bench.BASELINE]
-        for name, value in per_batch.items():
+        base = statistics.mean(per_seed[bench.BASELINE])
+        for name, values in per_seed.items():
+            value = statistics.mean(values)
             rows.append(
-                [case, name, f"{value:,.0f}", f"{value - base:+,.0f}", f"{value / base:.3f}x"]
+                [
+                    case,
+                    name,
+                    f"{value:,.0f} ({min(values):,.0f}-{max(values):,.0f})",
+                    f"{value - base:+,.0f}",
+                    f"{value / base:.3f}x",
+                ]
             )
-    header = ["case", "loader", "instructions/batch", "over DataLoader", "vs DataLoader"]
+    header = ["case", "loader", "instructions/batch, mean (range)", "over DataLoader", "vs"]
     print(bench.markdown_table(header, rows))
 
 
