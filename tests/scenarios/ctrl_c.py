@@ -6,6 +6,7 @@ Usage: ctrl_c.py BACKEND NUM_WORKERS. Prints ``READY`` after the first batch, th
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
@@ -14,6 +15,9 @@ from tests.helpers import SlowDataset
 
 
 def main(backend: str, num_workers: int) -> None:
+    # A shell that starts the suite in the background makes its children ignore SIGINT, and
+    # Python then installs no handler: restore the one a terminal's Ctrl-C meets.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     loader = DataLoaderX(
         SlowDataset(10_000, 0.2), batch_size=1, num_workers=num_workers, backend=backend
     )
