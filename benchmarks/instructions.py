@@ -18,7 +18,7 @@ the imports made, so whether one falls inside the counted epochs, and how much i
 depends on everything the process imported, and moves the per-batch count by hundreds of
 instructions. Where each object lands in memory moves it too (collisions in Python's
 method cache, for one, follow the addresses of names), and that changes with anything the
-process loads. So each loader runs under ``LAYOUTS`` hash seeds (``PYTHONHASHSEED`` 0, 1,
+process loads. So each loader runs under ``SEEDS`` hash seeds (``PYTHONHASHSEED`` 0, 1,
 ...: the seed changes the order of the dict and set work of the imports, and with it where
 everything lands), and the table gives the mean, with the range over the seeds. Layout
 still sets the resolution: the same code under the same seed has counted over 700
@@ -68,7 +68,7 @@ CASES: dict[str, tuple[Dataset[Any], dict[str, Any]]] = {
 }
 WARM_EPOCHS = 2
 #: Hash seeds (memory layouts) each loader is counted under.
-LAYOUTS = 3
+SEEDS = 3
 #: contestant -> DataLoaderX backend spec (None: DataLoader or the naive pattern).
 CONTESTANTS: dict[str, dict[str, Any] | None] = {
     bench.BASELINE: None,
@@ -92,16 +92,18 @@ def run_epochs(case: str, contestant: str, epochs: int) -> None:
         loader = bench.NaiveBackgroundLoader(dataset, **kwargs)
     else:
         loader = DataLoaderX(dataset, backend=spec, **kwargs)
-    for _ in range(WARM_EPOCHS):
-        for _batch in loader:
-            pass
+    iterate(loader, WARM_EPOCHS)
     gc.collect()
     gc.freeze()
     os.getppid()
+    iterate(loader, epochs)
+    os.getppid()
+
+
+def iterate(loader: Any, epochs: int) -> None:
     for _ in range(epochs):
         for _batch in loader:
             pass
-    os.getppid()
 
 
 def count_instructions(case: str, contestant: str, epochs: int, seed: int, valgrind: str) -> int:
@@ -161,7 +163,7 @@ def main() -> None:
     loaders = args.loader or list(CONTESTANTS)
     if bench.BASELINE not in loaders:
         loaders.insert(0, bench.BASELINE)
-    jobs = [(case, name, seed) for case in cases for name in loaders for seed in range(LAYOUTS)]
+    jobs = [(case, name, seed) for case in cases for name in loaders for seed in range(SEEDS)]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         counts = dict(
             zip(
@@ -177,7 +179,7 @@ def main() -> None:
     for case in cases:
         batches = args.epochs * batches_per_epoch(case)
         per_seed = {
-            name: [counts[(case, name, seed)] / batches for seed in range(LAYOUTS)]
+            name: [counts[(case, name, seed)] / batches for seed in range(SEEDS)]
             for name in loaders
         }
         base = statistics.mean(per_seed[bench.BASELINE])
