@@ -6,7 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from dataloaderx.bench import workload
 from dataloaderx.bench.errors import BenchError
@@ -24,6 +24,8 @@ from dataloaderx.util.suggest import did_you_mean, quoted
 
 __all__ = ["add_arguments", "run"]
 
+N = TypeVar("N", int, float)
+
 #: Batches per run when a user dataset is given without ``--batches``.
 USER_BATCHES = 50
 #: Runs per loader without ``--rounds``.
@@ -38,34 +40,28 @@ _NOT_WITH_TUNE = {
 }
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _number(
+    convert: Callable[[str], N], accept: Callable[[N], bool], expected: str
+) -> Callable[[str], N]:
+    """An argparse type: ``convert(text)``, refused unless ``accept`` holds for it."""
+
+    def parse(text: str) -> N:
+        try:
+            value: N | None = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _budget(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
+_positive_int = _number(int, lambda value: value > 0, "a positive integer")
+_non_negative_int = _number(int, lambda value: value >= 0, "an integer >= 0")
+_budget = _number(
+    float, lambda value: math.isfinite(value) and value > 0, "a positive number of seconds"
+)
 
 
 def _depth(text: str) -> int | str:
