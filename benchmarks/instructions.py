@@ -9,21 +9,25 @@ than its instructions), so this complements the timed benchmarks: it shows the f
 cost per batch that a loader adds where nothing overlaps, and nothing about overlap.
 
 Each loader runs in its own process under ``valgrind --tool=callgrind``: it builds the
-loader, runs 2 untimed epochs (imports, the adaptive decision), then ``--epochs`` counted
-ones; callgrind splits its count at a call of ``getppid`` made just before and just after
-the counted epochs (``--dump-before=getppid``), and the count between them divided by the
-batches is the cost per batch. Before the counted epochs the process freezes its heap for
-the garbage collector (``gc.freeze()``): a full collection otherwise walks every object
-the imports made, so whether one falls inside the counted epochs, and how much it costs,
-depends on everything the process imported, and moves the per-batch count by hundreds of
-instructions. Where each object lands in memory moves it too (collisions in Python's
-method cache, for one, follow the addresses of names), and that changes with anything the
-process loads. So each loader runs under ``SEEDS`` hash seeds (``PYTHONHASHSEED`` 0, 1,
-...: the seed changes the order of the dict and set work of the imports, and with it where
-everything lands), and the table gives the mean, with the range over the seeds. Layout
-still sets the resolution: the same code under the same seed has counted over 700
-instructions per batch apart when only the environment of the process differed (a path,
-a variable), so read a difference of a few hundred as none. One intra-op thread
+loader, runs 2 untimed epochs (imports, the adaptive decision), then ``--epochs``
+counted ones; callgrind splits its count at a call of ``getppid`` made just before and
+just after the counted epochs (``--dump-before=getppid``), and the count between them
+divided by the batches is the cost per batch. Before the counted epochs the process
+freezes its heap for the garbage collector (``gc.freeze()``): a full collection
+otherwise walks every object the imports made, so whether one falls inside the counted
+epochs, and how much it costs, depends on everything the process imported, and moves the
+per-batch count by hundreds of instructions. Where each object lands in memory moves it
+too (collisions in Python's method cache, for one, follow the addresses of names), and
+that changes with anything the process loads. So each loader runs under ``--seeds`` hash
+seeds (``PYTHONHASHSEED`` 0, 1, ...: the seed changes the order of the dict and set work
+of the imports, and with it where everything lands), and the table gives the mean, with
+the range over the seeds. Layout still sets the resolution: the same code under the same
+seed has counted over 700 instructions per batch apart when only the environment of the
+process differed (a path, a variable), so read a difference of a few hundred as none,
+and compare two commits by checking each out in turn in the same folder, with the same
+environment. The adaptive default's count depends on time too (it checks its decision
+every so many milliseconds of batches), so count it with nothing else running, and no
+more processes at once (``--jobs``, default 2) than cores. One intra-op thread
 (``OMP_NUM_THREADS=1``): idle OpenMP threads spin for a time, and callgrind counts the
 spinning. Single-process loops only (``num_workers=0``): worker processes are not
 counted. Needs ``valgrind`` on the PATH (Debian: ``apt-get install valgrind``); each
@@ -67,7 +71,7 @@ CASES: dict[str, tuple[Dataset[Any], dict[str, Any]]] = {
     "one integer per batch": (Integers(), {"batch_size": None}),
 }
 WARM_EPOCHS = 2
-#: Hash seeds (memory layouts) each loader is counted under.
+#: Hash seeds (memory layouts) each loader is counted under, unless told.
 SEEDS = 3
 #: contestant -> DataLoaderX backend spec (None: DataLoader or the naive pattern).
 CONTESTANTS: dict[str, dict[str, Any] | None] = {
@@ -145,6 +149,9 @@ def main() -> None:
     arguments = argparse.ArgumentParser(description=__doc__)
     arguments.add_argument("--epochs", type=int, default=2, help="counted epochs (default 2)")
     arguments.add_argument("--case", action="append", choices=list(CASES), help="repeatable")
+    arguments.add_argument(
+        "--seeds", type=int, default=SEEDS, help=f"hash seeds per loader (default {SEEDS})"
+    )
     arguments.add_argument("--jobs", type=int, default=2, help="processes at once (default 2)")
     arguments.add_argument(
         "--loader", action="append", choices=list(CONTESTANTS), help="repeatable"
@@ -163,7 +170,7 @@ def main() -> None:
     loaders = args.loader or list(CONTESTANTS)
     if bench.BASELINE not in loaders:
         loaders.insert(0, bench.BASELINE)
-    jobs = [(case, name, seed) for case in cases for name in loaders for seed in range(SEEDS)]
+    jobs = [(case, name, seed) for case in cases for name in loaders for seed in range(args.seeds)]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         counts = dict(
             zip(
@@ -179,7 +186,7 @@ def main() -> None:
     for case in cases:
         batches = args.epochs * batches_per_epoch(case)
         per_seed = {
-            name: [counts[(case, name, seed)] / batches for seed in range(SEEDS)]
+            name: [counts[(case, name, seed)] / batches for seed in range(args.seeds)]
             for name in loaders
         }
         base = statistics.mean(per_seed[bench.BASELINE])
