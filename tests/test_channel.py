@@ -85,6 +85,61 @@ def test_ready_item_is_delivered_while_producer_is_stuck(depth: int) -> None:
     assert channel.get(thread.is_alive)[0] == END
 
 
+def start_put(
+    channel: Channel, item: int, stop: threading.Event, size: int = 0
+) -> threading.Thread:
+    """A producer thread putting ``item`` (``size`` bytes), which must wait for room."""
+    thread = threading.Thread(target=channel.put, args=((ITEM, item, None), stop, size))
+    thread.start()
+    return thread
+
+
+def test_a_producer_waiting_on_a_full_buffer_is_woken_by_the_first_take(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The buffer refills one batch at a time, not from half empty: a depth of 8 keeps 8
+    batches ready whenever the producer is ahead. Without a wake-up the producer would sleep
+    through the (here 60 s) poll and the join below would time out."""
+    monkeypatch.setattr("dataloaderx.engine.channel.POLL_SECONDS", 60.0)
+    channel = Channel(8)
+    stop = threading.Event()
+    for index in range(8):
+        assert channel.put((ITEM, index, None), stop)
+    thread = start_put(channel, 8, stop)
+    try:
+        assert channel.get(thread.is_alive)[1] == 0
+        thread.join(20)
+        assert not thread.is_alive()
+        assert len(channel) == 8
+    finally:
+        stop.set()
+        channel.clear()
+        thread.join(5)
+
+
+def test_a_producer_waiting_for_bytes_is_woken_once_its_batch_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("dataloaderx.engine.channel.POLL_SECONDS", 60.0)
+    channel = Channel(8, max_bytes=4)
+    stop = threading.Event()
+    for index, size in enumerate((1, 1, 2)):
+        assert channel.put((ITEM, index, None), stop, size)
+    thread = start_put(channel, 3, stop, size=2)
+    try:
+        assert channel.get(thread.is_alive)[1] == 0  # 3 bytes held: 2 more do not fit
+        assert thread.is_alive()
+        assert len(channel) == 2
+        assert channel.get(thread.is_alive)[1] == 1  # 2 held: they fit
+        thread.join(20)
+        assert not thread.is_alive()
+        assert [channel.get(thread.is_alive)[1] for _ in range(2)] == [2, 3]
+    finally:
+        stop.set()
+        channel.clear()
+        thread.join(5)
+
+
 def test_producer_stops_when_full_and_stop_is_set() -> None:
     channel = Channel(1)
     stop = threading.Event()

@@ -93,14 +93,12 @@ class Channel(Buffer):
             item, size = self._items.popleft()
             self._budget.remove(size)
             if self._meter is not None:
-                depth = self._meter.observe(start, buffered, *self._waits)
-                if depth > self._depth:
-                    self._not_full.notify()
-                self._depth = depth
-            waiting = self._producer_waits
-            if waiting is not None and (
-                len(self._items) <= self._depth // 2
-                or (len(self._items) < self._depth and self._budget.fits(waiting))
+                self._depth = self._meter.observe(start, buffered, *self._waits)
+            waiting = self._producer_waits  # the bytes of its batch, if it waits for room
+            if (
+                waiting is not None
+                and len(self._items) < self._depth
+                and self._budget.fits(waiting)
             ):
                 self._not_full.notify()
             return item
