@@ -55,19 +55,23 @@ def test_every_item_arrives_once_in_order(depth: int) -> None:
 
 
 @pytest.mark.parametrize("depth", [2, 8])
-def test_ready_item_is_delivered_while_producer_is_stuck(depth: int) -> None:
-    """A fast item does not wake a sleeping consumer by itself (it waits for company);
-    it must still be delivered while the producer is stuck making the next one."""
+def test_an_item_put_while_the_loop_waits_wakes_it(
+    depth: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop, asleep on the empty buffer, gets each item as soon as it is put, even when
+    the producer then takes "forever" over the next one: the wake-up, not the (here 60 s)
+    poll, delivers it."""
+    monkeypatch.setattr("dataloaderx.engine.channel.POLL_SECONDS", 60.0)
     channel = Channel(depth)
     stop = threading.Event()
-    consumer_waiting = threading.Event()
+    loop_waiting = threading.Event()
     release = threading.Event()
 
     def produce() -> None:
-        channel.put((ITEM, 0, None), stop, fast=True)
-        consumer_waiting.wait(30)
-        time.sleep(0.05)  # let the consumer fall asleep on the empty buffer
-        channel.put((ITEM, 1, None), stop, fast=True)  # not a wake-up point
+        channel.put((ITEM, 0, None), stop)
+        loop_waiting.wait(30)
+        time.sleep(0.05)  # let the loop fall asleep on the empty buffer
+        channel.put((ITEM, 1, None), stop)
         release.wait(30)  # a batch that takes "forever"
         channel.put((END, None, None), stop)
 
@@ -75,7 +79,7 @@ def test_ready_item_is_delivered_while_producer_is_stuck(depth: int) -> None:
     thread.start()
     try:
         assert channel.get(thread.is_alive)[1] == 0
-        consumer_waiting.set()
+        loop_waiting.set()
         assert channel.get(thread.is_alive)[1] == 1
         assert not release.is_set()
         assert thread.is_alive()  # delivered before the stuck batch ended

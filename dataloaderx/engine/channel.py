@@ -6,17 +6,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from time import perf_counter
-from typing import Final
 
 from dataloaderx.engine.buffer_options import AUTO, DEFAULT_MAX_DEPTH, DepthSpec
 from dataloaderx.engine.byte_budget import ByteBudget
 from dataloaderx.engine.depth import BufferUsage, DepthController, StallMeter, fixed_usage
-from dataloaderx.engine.stream import END, ITEM, POLL_SECONDS, Buffer, Envelope
-
-#: A batch made faster than this is "fast": the loop is woken once per several.
-FAST_ITEM_SECONDS: Final = 0.0005
-#: Longest wait of the loop for fast batches before it looks at the buffer again.
-FAST_POLL_SECONDS: Final = 0.002
+from dataloaderx.engine.stream import END, POLL_SECONDS, Buffer, Envelope
 
 
 class Channel(Buffer):
@@ -34,8 +28,6 @@ class Channel(Buffer):
         self._budget = ByteBudget(max_bytes)
         self._depth = depth if controller is None else controller.depth
         self._meter = None if controller is None else StallMeter(controller)
-        #: Whether the latest batch took less than FAST_ITEM_SECONDS to make.
-        self._fast = False
         #: Who waits now: the loop, and the producer (with the bytes of its item).
         self._loop_waits = False
         self._producer_waits: int | None = None
@@ -48,11 +40,9 @@ class Channel(Buffer):
         with self._lock:
             return len(self._items)
 
-    def put(
-        self, item: Envelope, stop: threading.Event, size: int = 0, *, fast: bool = False
-    ) -> bool:
-        """Append ``item`` (``size`` bytes of tensors; ``fast``: made in a hurry) once there is
-        room; return ``False`` if ``stop`` is set first."""
+    def put(self, item: Envelope, stop: threading.Event, size: int = 0) -> bool:
+        """Append ``item`` (``size`` bytes of tensors) once there is room; return ``False`` if
+        ``stop`` is set first."""
         with self._lock:
             counted = False
             while len(self._items) >= self._depth or not self._budget.fits(size):
@@ -61,8 +51,6 @@ class Channel(Buffer):
                 if not counted:
                     counted = True
                     self._waits[0 if self._budget.fits(size) else 1] += 1
-                if self._loop_waits:
-                    self._not_empty.notify()  # it may be waiting for a pile of fast batches
                 self._producer_waits = size
                 self._not_full.wait(POLL_SECONDS)
                 self._producer_waits = None
@@ -70,8 +58,7 @@ class Channel(Buffer):
                 return False
             self._items.append((item, size))
             self._budget.add(size)
-            self._fast = fast
-            if self._loop_waits and (not fast or item[0] != ITEM):
+            if self._loop_waits:
                 self._not_empty.notify()
         return True
 
@@ -88,7 +75,7 @@ class Channel(Buffer):
                         "an error or the end of the epoch"
                     )
                 self._loop_waits = True
-                self._not_empty.wait(FAST_POLL_SECONDS if self._fast else POLL_SECONDS)
+                self._not_empty.wait(POLL_SECONDS)
                 self._loop_waits = False
             item, size = self._items.popleft()
             self._budget.remove(size)

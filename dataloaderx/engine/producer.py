@@ -6,12 +6,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from time import perf_counter
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from dataloaderx.engine.buffer_options import DepthSpec
 from dataloaderx.engine.byte_budget import Measure, batch_bytes
-from dataloaderx.engine.channel import FAST_ITEM_SECONDS, Channel, new_channel
+from dataloaderx.engine.channel import Channel, new_channel
 from dataloaderx.engine.stream import END, ERROR, FATAL, ITEM, Envelope, ThreadedStream
 from dataloaderx.engine.warning_relay import start_capture, take_captured
 
@@ -89,13 +88,10 @@ def produce(
 def _pump(
     envelopes: Iterator[Envelope], channel: Channel, stop: threading.Event, measure: Measure
 ) -> None:
-    resumed: float | None = None
     for envelope in envelopes:
-        fast = resumed is not None and perf_counter() - resumed < FAST_ITEM_SECONDS
         size = measure(envelope[1]) if envelope[0] == ITEM else 0
-        if not channel.put(envelope, stop, size, fast=fast):
+        if not channel.put(envelope, stop, size):
             return
-        resumed = perf_counter()
 
 
 class Buffered(Protocol):
