@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -89,13 +91,20 @@ def test_an_item_put_while_the_loop_waits_wakes_it(
     assert channel.get(thread.is_alive)[0] == END
 
 
-def start_put(
+@contextmanager
+def waiting_put(
     channel: Channel, item: int, stop: threading.Event, size: int = 0
-) -> threading.Thread:
-    """A producer thread putting ``item`` (``size`` bytes), which must wait for room."""
+) -> Iterator[threading.Thread]:
+    """A producer thread putting ``item`` (``size`` bytes), which must wait for room; stopped
+    and joined on exit."""
     thread = threading.Thread(target=channel.put, args=((ITEM, item, None), stop, size))
     thread.start()
-    return thread
+    try:
+        yield thread
+    finally:
+        stop.set()
+        channel.clear()
+        thread.join(5)
 
 
 def test_a_producer_waiting_on_a_full_buffer_is_woken_by_the_first_take(
@@ -109,16 +118,11 @@ def test_a_producer_waiting_on_a_full_buffer_is_woken_by_the_first_take(
     stop = threading.Event()
     for index in range(8):
         assert channel.put((ITEM, index, None), stop)
-    thread = start_put(channel, 8, stop)
-    try:
+    with waiting_put(channel, 8, stop) as thread:
         assert channel.get(thread.is_alive)[1] == 0
         thread.join(20)
         assert not thread.is_alive()
         assert len(channel) == 8
-    finally:
-        stop.set()
-        channel.clear()
-        thread.join(5)
 
 
 def test_a_producer_waiting_for_bytes_is_woken_once_its_batch_fits(
@@ -129,8 +133,7 @@ def test_a_producer_waiting_for_bytes_is_woken_once_its_batch_fits(
     stop = threading.Event()
     for index, size in enumerate((1, 1, 2)):
         assert channel.put((ITEM, index, None), stop, size)
-    thread = start_put(channel, 3, stop, size=2)
-    try:
+    with waiting_put(channel, 3, stop, size=2) as thread:
         assert channel.get(thread.is_alive)[1] == 0  # 3 bytes held: 2 more do not fit
         assert thread.is_alive()
         assert len(channel) == 2
@@ -138,10 +141,6 @@ def test_a_producer_waiting_for_bytes_is_woken_once_its_batch_fits(
         thread.join(20)
         assert not thread.is_alive()
         assert [channel.get(thread.is_alive)[1] for _ in range(2)] == [2, 3]
-    finally:
-        stop.set()
-        channel.clear()
-        thread.join(5)
 
 
 def test_producer_stops_when_full_and_stop_is_set() -> None:
