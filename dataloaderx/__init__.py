@@ -6,7 +6,7 @@ Change ``DataLoader(...)`` to ``DataLoaderX(...)``; pick a prefetch backend with
 
 from __future__ import annotations
 
-from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.contracts.backend import Backend, BatchStream
 from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.errors import (
     BackendUnavailableError,

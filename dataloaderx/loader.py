@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from dataloaderx.backends.base import Backend
+from dataloaderx.contracts.backend import Backend
 from dataloaderx.epoch.feed import Feed
 from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.options import BackendSpec, resolve_backend

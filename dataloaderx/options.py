@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from dataloaderx.backends.base import Backend
+from dataloaderx.contracts.backend import Backend
 from dataloaderx.errors import BackendUnavailableError, UnknownBackendError
 from dataloaderx.registry import get_backend
 from dataloaderx.util.suggest import did_you_mean, quoted

@@ -10,7 +10,7 @@ from typing import Any, Final, Generic, TypeVar, overload
 
 from torch.utils.data import DataLoader
 
-from dataloaderx.backends.base import Backend
+from dataloaderx.contracts.backend import Backend
 from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.epoch.position import Position, Tracking
 from dataloaderx.options import BackendSpec, make_backend, resolve_backend

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, TypeVar
 
-from dataloaderx.backends.base import Backend
+from dataloaderx.contracts.backend import Backend
 from dataloaderx.errors import BackendUnavailableError, UnknownBackendError
 from dataloaderx.util.suggest import did_you_mean, quoted
 

@@ -9,7 +9,8 @@ from threading import get_ident
 from time import perf_counter
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from dataloaderx.backends.base import INLINE, Backend, ModePolicy
+from dataloaderx.contracts.backend import Backend
+from dataloaderx.contracts.policy import INLINE, ModePolicy
 from dataloaderx.engine.depth import fixed_usage
 
 if TYPE_CHECKING:

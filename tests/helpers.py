@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from dataloaderx import get_backend
-from dataloaderx.backends.base import INLINE, PREFETCH, Cycles, Verdict
+from dataloaderx.contracts.policy import INLINE, PREFETCH, Cycles, Verdict
 from dataloaderx.options import backend_option_names
 
 Pair = namedtuple("Pair", ["left", "right"])

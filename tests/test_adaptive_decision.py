@@ -10,7 +10,7 @@ from typing import NamedTuple, Protocol
 
 import pytest
 
-from dataloaderx.backends.base import INLINE, PREFETCH, Cycles, Mode
+from dataloaderx.contracts.policy import INLINE, PREFETCH, Cycles, Mode
 from dataloaderx.engine.decision import (
     CLEAR_LOSS_AFTER,
     FIRST_RECHECK_GAP,

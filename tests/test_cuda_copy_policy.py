@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from dataloaderx import DataLoaderX
-from dataloaderx.backends.base import INLINE, PREFETCH, Cycles
 from dataloaderx.backends.cuda import CudaBackend
+from dataloaderx.contracts.policy import INLINE, PREFETCH, Cycles
 from dataloaderx.device.small_batches import INLINE_MAX_BYTES, SmallBatchesOnly
 from dataloaderx.engine import decision as mode_decision
 from tests.fake_accelerator import RecordingAccelerator

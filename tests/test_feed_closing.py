@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from dataloaderx.backends.base import INLINE, Verdict
 from dataloaderx.backends.sync import SyncBackend
 from dataloaderx.backends.thread import ThreadBackend
+from dataloaderx.contracts.policy import INLINE, Verdict
 from dataloaderx.engine.phases import DRIFT_WINDOW
 from dataloaderx.epoch.feed import Feed, Stop
 from dataloaderx.epoch.iterator import PrefetchIterator

@@ -12,7 +12,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX, PrefetchIterator
-from dataloaderx.backends.base import Backend, BatchStream, Cycles, InlineMode, ModePolicy
+from dataloaderx.contracts.backend import Backend, BatchStream, InlineMode
+from dataloaderx.contracts.policy import Cycles, ModePolicy
 from dataloaderx.engine import decision as mode_decision
 from dataloaderx.engine.decision import ModeDecision
 from dataloaderx.engine.producer import Hooks, start_producer

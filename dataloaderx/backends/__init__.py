@@ -4,6 +4,6 @@ The registry lists the built-in ones by name and imports a backend's module when
 name is first used.
 """
 
-from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.contracts.backend import Backend, BatchStream
 
 __all__ = ["Backend", "BatchStream"]

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from dataloaderx.backends.base import BatchStream, InlineMode
 from dataloaderx.backends.cuda import CudaBackend
+from dataloaderx.contracts.backend import BatchStream, InlineMode
 from dataloaderx.device.options import format_for
 from dataloaderx.device.small_batches import SmallBatchesOnly
 from dataloaderx.engine import decision

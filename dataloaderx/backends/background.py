@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from time import perf_counter
 from typing import Any, Literal, TypeVar
 
-from dataloaderx.backends.base import Backend, BatchStream
+from dataloaderx.contracts.backend import Backend, BatchStream
 from dataloaderx.engine.buffer_options import AUTO, DEFAULT_MAX_DEPTH, check_depth_options
 from dataloaderx.engine.byte_budget import ByteBudget, batch_bytes
 from dataloaderx.engine.depth import BufferUsage, DepthController, StallMeter, fixed_usage

@@ -7,7 +7,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 
-from dataloaderx.backends.base import Backend, BatchStream, InlineMode, check_bool
+from dataloaderx.contracts.backend import Backend, BatchStream, InlineMode
+from dataloaderx.contracts.checks import check_bool
 from dataloaderx.device.api import DeviceAPI, TorchAccelerator
 from dataloaderx.device.copier import DeviceCopy, StreamCopier
 from dataloaderx.device.options import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypeVar
 
-from dataloaderx.backends.base import Backend, BatchStream, InlineMode
+from dataloaderx.contracts.backend import Backend, BatchStream, InlineMode
 from dataloaderx.engine.stream import Stream
 
 __all__ = ["SyncBackend"]

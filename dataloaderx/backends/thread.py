@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal, TypeVar
 
-from dataloaderx.backends.base import Backend, BatchStream, InlineMode, check_bool
+from dataloaderx.contracts.backend import Backend, BatchStream, InlineMode
+from dataloaderx.contracts.checks import check_bool
 from dataloaderx.engine import decision
 from dataloaderx.engine.buffer_options import check_depth_options
 from dataloaderx.engine.producer import start_producer

@@ -8,7 +8,7 @@ import math
 import threading
 from typing import Final
 
-from dataloaderx.backends.base import PREFETCH, Cycles, ModePolicy, Verdict
+from dataloaderx.contracts.policy import PREFETCH, Cycles, ModePolicy, Verdict
 
 #: Largest inline batch (tensor bytes): ~5 us to copy at ~50 GB/s, less than a thread hand-off.
 INLINE_MAX_BYTES: Final = 256 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final, Literal, NamedTuple
 
-from dataloaderx.backends.base import check_count, check_positive_int
+from dataloaderx.contracts.checks import check_count, check_positive_int
 
 #: The ``depth`` value that lets the buffer size itself.
 AUTO: Final = "auto"

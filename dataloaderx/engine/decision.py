@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Final
 
-from dataloaderx.backends.base import INLINE, PREFETCH, Cycles, Mode, Verdict
+from dataloaderx.contracts.policy import INLINE, PREFETCH, Cycles, Mode, Verdict
 from dataloaderx.engine.phases import (
     CONFIRM_AFTER,
     DRIFT_WINDOW,

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx.backends.base import BatchStream
+from dataloaderx.contracts.backend import BatchStream
 from dataloaderx.engine.depth import BufferUsage
 from dataloaderx.engine.warning_relay import reemit
 

@@ -11,7 +11,7 @@ from threading import get_ident
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx.backends.base import Backend
+from dataloaderx.contracts.backend import Backend
 from dataloaderx.engine.handoff_imports import import_handoff_modules
 from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS
 from dataloaderx.epoch.feed import Feed

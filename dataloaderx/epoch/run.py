@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Final
 
-from dataloaderx.backends.base import INLINE, Cycles, Mode, Verdict
+from dataloaderx.contracts.policy import INLINE, Cycles, Mode, Verdict
 
 #: How many of a run's cycles the report carries at most: the latest ones.
 TAIL: Final = 32

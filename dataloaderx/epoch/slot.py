@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dataloaderx.backends.base import Mode
+from dataloaderx.contracts.policy import Mode
 from dataloaderx.engine.depth import BufferUsage
 from dataloaderx.engine.stream import Stream
 

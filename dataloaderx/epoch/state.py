@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator, Sequence
 from time import perf_counter, thread_time
 from typing import Any, Final, Generic, TypeVar
 
-from dataloaderx.backends.base import INLINE, PREFETCH, Backend, Verdict
+from dataloaderx.contracts.backend import Backend
+from dataloaderx.contracts.policy import INLINE, PREFETCH, Verdict
 from dataloaderx.engine.stream import Stream, as_stream
 from dataloaderx.epoch.feed import Feed, Skipping, Stop, read_ahead_limit
 from dataloaderx.epoch.position import Position, Tracking

@@ -12,7 +12,7 @@ from collections.abc import Generator, Iterator
 from typing import TypeVar
 
 from dataloaderx import Backend, BatchStream
-from dataloaderx.backends.base import check_positive_int
+from dataloaderx.contracts.checks import check_positive_int
 
 __all__ = ["LoggedBackend"]
 
