@@ -69,10 +69,15 @@ class StuckDataset(Dataset[torch.Tensor]):
         return torch.tensor(index)
 
 
+def takes_option(backend: str, option: str) -> bool:
+    """Whether ``backend`` accepts the option ``option``."""
+    options = backend_option_names(get_backend(backend))
+    return options is None or option in options
+
+
 def takes_depth(backend: str) -> bool:
     """Whether ``backend`` accepts a ``depth`` option."""
-    options = backend_option_names(get_backend(backend))
-    return options is None or "depth" in options
+    return takes_option(backend, "depth")
 
 
 def free_port() -> int:

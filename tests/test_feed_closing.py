@@ -90,17 +90,40 @@ def read_while_another_thread_closes(
     return seen
 
 
-def test_close_from_another_thread_leaves_the_release_to_the_loop() -> None:
+def test_a_long_read_under_a_close_from_another_thread_releases_as_it_ends() -> None:
     gate = Gate(100, BLOCKED_AT)
     releases = Releases()
     iterator = inline_epoch(gate, releases)
     seen = read_while_another_thread_closes(gate, iterator, releases, closer_wait=10)
-    # close() returned at once, releasing nothing: the loop's thread was reading.
+    # close() waited for the read within its budget, then returned, releasing nothing ...
     assert seen == {"closer running": False, "released": []}
-    assert releases.threads == []
-    with pytest.raises(StopIteration):  # the loop's next call ends the epoch ...
+    # ... and the loop's thread released the source as it left its read.
+    assert releases.threads == [threading.get_ident()]
+    with pytest.raises(StopIteration):
         next(iterator)
-    assert releases.threads == [threading.get_ident()]  # ... and releases, once
+    assert len(releases.threads) == 1
+
+
+def test_a_close_from_another_thread_waits_for_a_short_read() -> None:
+    gate = Gate(100, BLOCKED_AT)
+    releases = Releases()
+    iterator = inline_epoch(gate, releases)
+    seen = read_while_another_thread_closes(gate, iterator, releases, closer_wait=0.1)
+    assert seen == {"closer running": True, "released": []}  # it waited for the read
+    assert releases.threads == [threading.get_ident()]  # released once the read was over
+    with pytest.raises(StopIteration):
+        next(iterator)
+    assert len(releases.threads) == 1
+
+
+def test_a_close_from_another_thread_between_batches_releases_at_once() -> None:
+    gate = Gate(100, -1)
+    releases = Releases()
+    iterator = inline_epoch(gate, releases)
+    closer = threading.Thread(target=iterator.close, name="closer")
+    closer.start()
+    closer.join(timeout=10)
+    assert releases.threads == [closer.ident]
     with pytest.raises(StopIteration):
         next(iterator)
     assert len(releases.threads) == 1
@@ -137,14 +160,11 @@ def test_a_close_in_the_loops_thread_between_batches_releases_at_once() -> None:
     assert len(releases.threads) == 1
 
 
-def test_a_closed_iterator_left_unread_is_released_when_collected() -> None:
+def test_an_iterator_left_unread_is_released_when_collected() -> None:
     gate = Gate(100, -1)
     releases = Releases()
     iterator = inline_epoch(gate, releases)
-    closer = threading.Thread(target=iterator.close)
-    closer.start()
-    closer.join(timeout=10)
-    assert releases.threads == []  # from another thread: the loop might be reading
+    assert releases.threads == []
     del iterator
     gc.collect()
     assert len(releases.threads) == 1

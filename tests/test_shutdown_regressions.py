@@ -5,13 +5,15 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
+from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import Dataset
 
 from dataloaderx import DataLoaderX
-from tests.helpers import RangeDataset, wait_until_clean
+from tests.helpers import FailingDataset, RangeDataset, SlowDataset, child_pids, wait_until_clean
 from tests.reliability_support import takes_depth
 
 pytestmark = pytest.mark.timeout(60)
@@ -84,3 +86,67 @@ def test_closing_in_a_forked_child_leaves_the_parents_workers_alone(backend: str
     assert os.waitstatus_to_exitcode(status) == 0
     rest = list(iterator)
     assert [int(batch[0, 0]) for batch in [first, *rest]] == [0, 2, 4, 6, 8, 10]
+
+
+def test_a_close_from_another_thread_shuts_the_workers_down_before_it_returns(
+    backend: str,
+) -> None:
+    loader = DataLoaderX(SlowDataset(1000, 0.01), batch_size=2, num_workers=2, backend=backend)
+    iterator = iter(loader)
+    next(iterator)
+    workers = list(iterator._workers)
+    closer = threading.Thread(target=iterator.close, name="closer")
+    closer.start()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    assert not any(worker.is_alive() for worker in workers)  # before the loop calls again
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
+def test_a_close_from_another_thread_never_races_the_loops_reads(backend: str) -> None:
+    got: list[int] = []
+    failures: list[BaseException] = []
+    started = threading.Event()
+    epoch: list[Any] = []
+
+    def loop() -> None:
+        loader = DataLoaderX(SlowDataset(1000, 0.002), num_workers=2, backend=backend)
+        iterator = iter(loader)
+        epoch.extend([iterator, list(iterator._workers)])
+        started.set()
+        try:
+            got.extend(int(batch) for batch in iterator)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    reader = threading.Thread(target=loop, name="training loop")
+    reader.start()
+    assert started.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while len(got) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    epoch[0].close()
+    reader.join(timeout=30)
+    assert not reader.is_alive()
+    assert failures == []
+    assert got == list(range(len(got)))  # the epoch ended after the batches it handed out
+    assert 20 <= len(got) < 1000
+    assert not any(worker.is_alive() for worker in epoch[1])
+
+
+def test_an_epoch_left_at_an_error_shuts_its_workers_down_at_once(backend: str) -> None:
+    # DataLoader keeps such an epoch, workers and all, until the garbage collector finds the
+    # reference cycle of the error (PyTorch issue 149837); here it ends as after a break.
+    children = child_pids()
+    loader = DataLoaderX(
+        FailingDataset(8, frozenset({2})), batch_size=1, num_workers=2, backend=backend
+    )
+    gc.disable()
+    try:
+        with pytest.raises(ValueError, match="bad index 2"):
+            for _batch in loader:
+                pass
+        assert child_pids() - children == set()  # no collection ran: shut down on leaving
+    finally:
+        gc.enable()

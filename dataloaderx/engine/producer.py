@@ -49,9 +49,13 @@ def produce(
     prepare: Callable[[Any], Any] | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> Iterator[Envelope]:
-    """Yield one envelope per ``next(source)`` until the end, a fatal error or ``stop``. An
-    ``Exception`` from ``source`` or ``prepare`` is a per-batch error and production goes on, as
-    in PyTorch's iterator; one from ``on_start``, or any other ``BaseException``, ends it."""
+    """Yield one envelope per ``next(source)`` until the end, a failed batch or ``stop``.
+
+    An ``Exception`` from ``source`` or ``prepare`` is that batch's error; one from
+    ``on_start``, or any other ``BaseException``, is fatal. Either is the last envelope: the
+    producer never reads past a failed batch, so a loop that leaves the epoch at the error
+    leaves no thread behind, and one that asks for more gets them from a new producer
+    (``docs/design.md``, *The producer thread*)."""
     start_capture()
     if on_start is not None:
         try:
@@ -77,12 +81,12 @@ def produce(
             yield (ITEM, item, take_captured())
             continue
         fatal = not isinstance(failure, Exception)  # KeyboardInterrupt, SystemExit
-        envelope = (FATAL if fatal else ERROR, failure, take_captured())
-        del failure  # the traceback holds this frame: no cycle through it
-        yield envelope
-        del envelope
-        if fatal:
-            return
+        last = [(FATAL if fatal else ERROR, failure, take_captured())]
+        del failure
+        # The error's traceback holds this frame, which may stay suspended here for good
+        # (a consumer that leaves): no local of it may hold the error, or that is a cycle.
+        yield last.pop()
+        return
 
 
 def _pump(

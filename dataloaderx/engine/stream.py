@@ -104,11 +104,11 @@ class ThreadedStream(Stream[T]):
             reemit(caught)
         if kind == ITEM:
             return payload if self._handout is None else self._handout(payload)
-        if kind != ERROR:
-            self._finished = True
-            self.close()
-            if kind == END:
-                raise StopIteration
+        # The end, or an error: the producer made its last envelope and stops.
+        self._finished = True
+        self.close()
+        if kind == END:
+            raise StopIteration
         try:
             raise payload
         finally:

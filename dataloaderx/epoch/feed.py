@@ -1,7 +1,7 @@
 """The epoch's source: PyTorch's iterator, read by one thread at a time, released once.
 
-The loop's thread reads it inline; a producer reads it through ``next()``, holding
-:attr:`Feed.lock`, which :meth:`Feed.close` takes too before it releases the iterator
+Every read holds :attr:`Feed.lock`: the loop's thread's inline reads, and a producer's
+reads through ``next()``. :meth:`Feed.close` takes it too before it releases the iterator
 (``docs/design.md``, *Shutdown protocol*, says who releases it when). A producer's reads
 stop where the epoch says: between two batches (:meth:`Feed.pause`), and after the
 epoch's last batch, which ``RandomSampler`` would follow by drawing the next epoch's order.
@@ -74,8 +74,6 @@ class Feed(Generic[T]):
         snapshot: Callable[[], Any] | None = None,
     ) -> None:
         self.iterator = iterator
-        #: The thread that made the feed: the loop's, which reads it inline.
-        self.loop_thread = get_ident()
         self.lock = threading.Lock()
         #: A latch, held from the first close on: ``locked()`` is the cheapest thread-safe
         #: test of a flag, which the loop's thread makes before every inline read.
@@ -121,7 +119,7 @@ class Feed(Generic[T]):
             finally:
                 self._holder = None
                 if self.closing.locked():
-                    self._release_locked()  # a close() that could not wait left it here
+                    self.release_locked()  # a close() that could not wait left it here
 
     def _read(self) -> T:
         left = self._left
@@ -154,9 +152,9 @@ class Feed(Generic[T]):
         """Stop every read and release the iterator; say whether it was released here.
 
         Waits up to ``timeout`` seconds (``None``: as long as it takes, in short
-        interruptible steps) for a producer's read; if it does not end in time, or if this
-        runs inside that read (a finaliser in the producer thread), the producer releases
-        the iterator as it leaves the read. No inline read may be under way.
+        interruptible steps) for the read under way, inline or a producer's; if it does not
+        end in time, or if this runs inside a producer's read (a finaliser in the producer
+        thread), the reading thread releases the iterator as it leaves the read.
         """
         self.request_close()
         if self._holder == get_ident():
@@ -166,10 +164,17 @@ class Feed(Generic[T]):
             if deadline is not None and time.monotonic() >= deadline:
                 return False
         try:
-            self._release_locked()
+            self.release_locked()
         finally:
             self.lock.release()
         return True
+
+    def wait_to_read(self) -> None:
+        """Take :attr:`lock` for a read in the loop's thread, in short steps; raise
+        ``StopIteration`` instead once the feed is closing (a close holds the lock)."""
+        while not self.lock.acquire(timeout=POLL_SECONDS):
+            if self.closing.locked():
+                raise StopIteration
 
     def request_close(self) -> None:
         """Stop every read from now on (the iterator is released later)."""
@@ -180,8 +185,8 @@ class Feed(Generic[T]):
         """Whether the iterator was released (or had nothing to release) on closing."""
         return self.closing.locked() and self._release is None
 
-    def _release_locked(self) -> None:
-        """Release the iterator, unless that happened already; the caller holds the lock."""
+    def release_locked(self) -> None:
+        """Release the iterator, unless that happened already; the caller holds :attr:`lock`."""
         release, self._release = self._release, None
         if release is not None:
             release()

@@ -7,7 +7,6 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from threading import get_ident
 from time import perf_counter
 from typing import Any, Final, Generic, TypeVar
 
@@ -15,6 +14,7 @@ from dataloaderx.contracts.backend import Backend
 from dataloaderx.engine.handoff_imports import import_handoff_modules
 from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS
 from dataloaderx.epoch.feed import Feed
+from dataloaderx.epoch.forks import never_finalize_in_children
 from dataloaderx.epoch.position import Position, Tracking
 from dataloaderx.epoch.run import TAIL
 from dataloaderx.epoch.state import SWITCHED, EpochState
@@ -64,6 +64,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         num_workers: int = 0,
     ) -> None:
         self._inner = inner
+        never_finalize_in_children(inner)
         self._epoch: EpochState[T_co] = EpochState(
             inner,
             backend,
@@ -85,18 +86,36 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         epoch = self._epoch
         stream = epoch.stream
         while stream is not None:
-            made = epoch.next_prefetched(stream)
+            try:
+                made = epoch.next_prefetched(stream)
+            except Exception:
+                del self  # (see below)
+                raise
             if made is not SWITCHED:
                 return made  # type: ignore[return-value]
             stream = epoch.stream  # the producer stopped: the epoch goes on another way
-        # Inline: PyTorch's iterator, and a count.
+        # Inline: PyTorch's iterator, under the feed's lock, and a count.
+        feed = epoch.feed
         start = perf_counter()
         try:
-            if epoch.closing.locked():
-                raise StopIteration
-            batch = epoch.take()
+            if not feed.lock.acquire(False):
+                feed.wait_to_read()
+            try:
+                if feed.closing.locked():
+                    raise StopIteration
+                batch = epoch.take()
+            finally:
+                if feed.closing.locked():
+                    feed.release_locked()  # a close() that could not wait left it here
+                feed.lock.release()
         except BaseException as error:
             epoch.inline_failed(error, start)
+            if isinstance(error, Exception):
+                # Its traceback keeps this frame, and PyTorch keeps an error from a worker in
+                # a reference cycle: without ``self`` in the frame, an epoch left at an error
+                # is collected and shut down at once, as after a ``break``. An interrupt
+                # leaves it to the end of the exception, so that it reaches the loop at once.
+                del self
             raise
         end = perf_counter()
         run = epoch.run
@@ -119,25 +138,24 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
     def close(self) -> None:
         """Stop prefetching and release the source (worker processes included).
 
-        Safe to call more than once, and from any thread. Called from another thread than
-        the loop's, or from inside this iterator's own ``next()`` (a signal handler), it
-        stops the producer and ends the epoch at once, and the source is released by the
-        loop's next ``next()``, or when this iterator is collected: the loop's thread may
-        be reading it.
+        Safe to call more than once, and from any thread. A read under way (in the loop's
+        thread or a producer's) ends first: if it takes longer than the shutdown's budget,
+        its thread releases the source as it leaves the read. Called from inside this
+        iterator's own ``next()`` (a signal handler), it ends the epoch at once and leaves
+        the release to the loop's next ``next()``, or to the collection of this iterator.
         """
-        epoch = self._epoch
-        if get_ident() == epoch.feed.loop_thread and not self._inside_next():
-            self._finalizer()
+        if self._inside_next():
+            self._epoch.request_close()
         else:
-            epoch.request_close()
+            self._finalizer()
 
     def _inside_next(self) -> bool:
         """Whether the calling thread is inside this iterator's ``next()``: its own call
-        stack holds a frame of ``__next__`` on this object."""
+        stack holds a frame of ``__next__`` on this object's epoch."""
         frame = inspect.currentframe()
         code = PrefetchIterator.__next__.__code__
         while frame is not None:
-            if frame.f_code is code and frame.f_locals.get("self") is self:
+            if frame.f_code is code and frame.f_locals.get("epoch") is self._epoch:
                 return True
             frame = frame.f_back
         return False

@@ -20,12 +20,13 @@ class Position:
     producer's bound all read these counts.
     """
 
-    __slots__ = ("failed", "finished", "limit", "run", "start", "state")
+    __slots__ = ("_handed_at_failure", "failed", "finished", "limit", "run", "start", "state")
 
     def __init__(self, consumed: int = 0, state: Any = None) -> None:
         self.start = consumed
         self.run = Run()
         self.failed = 0
+        self._handed_at_failure = -1
         self.limit: int | None = None
         self.finished = False
         self.state = state
@@ -34,6 +35,16 @@ class Position:
     def handed(self) -> int:
         """Batches handed to the loop by this epoch's iterator."""
         return self.run.handed
+
+    def fail(self) -> None:
+        """Count a ``next()`` that raised a batch's error."""
+        self.failed += 1
+        self._handed_at_failure = self.run.handed
+
+    @property
+    def last_failed(self) -> bool:
+        """Whether the latest outcome handed to the loop was a batch's error."""
+        return self._handed_at_failure == self.run.handed
 
     @property
     def consumed(self) -> int:

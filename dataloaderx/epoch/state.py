@@ -174,9 +174,14 @@ class EpochState(Generic[T]):
         why = self.feed.why_stopped()
         self.slot.stop()
         self.stream = None
+        # A producer stops at a batch's error (it does not read past one); the loop asks on.
+        at_error = why is None and self.position.last_failed and not self.closing.locked()
         pending = self.run.pending
-        if why is Stop.PAUSED and pending is not None:
+        if pending is not None and (why is Stop.PAUSED or at_error):
             self.follow(pending, self.run.first)
+            return SWITCHED
+        if at_error:
+            self._start_producer()
             return SWITCHED
         if why is Stop.BOUND:
             # The loop asks past the epoch's last batch: the rest is read on demand.
@@ -248,7 +253,7 @@ class EpochState(Generic[T]):
         self.stats.call(start, perf_counter(), buffered, inline=inline)
         self.stats.collect(self.feed.made, measure=False)
         if isinstance(error, Exception):
-            self.position.failed += 1
+            self.position.fail()
             if not inline and self.feed.snapshots is not None:
                 self.position.state = self.feed.snapshots.queue.popleft()
         run = self.run
