@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from dataloaderx.engine.channel import Channel
-from dataloaderx.engine.stream import END, ITEM, Envelope
+from dataloaderx.engine.stream import END, ERROR, ITEM, Envelope
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -169,3 +169,15 @@ def test_interrupt_while_waiting_is_not_chained_to_an_index_error() -> None:
     with pytest.raises(KeyboardInterrupt) as info:
         Channel(2).get(interrupted)
     assert info.value.__context__ is None
+
+
+def test_a_channel_knows_whether_it_handed_out_a_batch() -> None:
+    channel = Channel(4)
+    stop = threading.Event()
+    for envelope in [(ERROR, ValueError("bad"), None), (ITEM, 1, None)]:
+        assert channel.put(envelope, stop)
+    assert not channel.handed_out()
+    assert channel.get(lambda: True)[0] == ERROR  # an error is no batch
+    assert not channel.handed_out()
+    assert channel.get(lambda: True)[0] == ITEM
+    assert channel.handed_out()

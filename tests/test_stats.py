@@ -10,9 +10,12 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from dataloaderx import DataLoaderX
+from dataloaderx import DataLoaderX, get_backend
 from dataloaderx.bench.runner import buffer_advice
 from dataloaderx.engine import decision as mode_decision
+from dataloaderx.engine.depth import BufferUsage, fixed_usage
+from dataloaderx.engine.stream import Stream, as_stream
+from dataloaderx.epoch.slot import ProducerSlot
 from dataloaderx.stats import LoaderStats
 from tests.helpers import RangeDataset, SlowDataset, SwitchingPolicy, always_prefetching
 
@@ -304,3 +307,50 @@ def test_buffer_usage_outlives_the_epoch_and_copies_without_the_stream(
     assert stats.depth_max == 3
     assert stats.peak_bytes is not None
     assert stats.peak_bytes >= 16
+
+
+class UsageOnly(Stream[int]):
+    """A stopped producer's stream: only its buffer usage and whether it handed out a batch."""
+
+    def __init__(self, depth: int, handed: bool) -> None:
+        self._usage = fixed_usage(depth, 0)  # batches without tensors: no bytes
+        self._handed = handed
+
+    def __next__(self) -> int:
+        raise StopIteration
+
+    def close(self) -> None:
+        """Nothing runs."""
+
+    def usage(self) -> BufferUsage:
+        return self._usage
+
+    def handed_out(self) -> bool:
+        return self._handed
+
+
+def test_the_usage_kept_is_the_latest_producers_that_handed_out_a_batch() -> None:
+    slot = ProducerSlot()
+    for depth, handed in [(2, True), (5, True), (7, False)]:
+        slot.hold(UsageOnly(depth, handed))
+        slot.stop()
+    assert slot.usage == fixed_usage(5, 0)  # not the first's; not the one that made none
+
+
+def test_the_first_producers_usage_is_kept_when_none_handed_out_a_batch() -> None:
+    slot = ProducerSlot()
+    for depth in (3, 4):
+        slot.hold(UsageOnly(depth, handed=False))
+        slot.stop()
+    assert slot.usage == fixed_usage(3, 0)
+
+
+@pytest.mark.parametrize("backend", ["thread", "background"])
+def test_a_producers_stream_knows_whether_it_handed_out_a_batch(backend: str) -> None:
+    stream = as_stream(get_backend(backend)().open(iter([1, 2])))
+    try:
+        assert not stream.handed_out()
+        assert next(stream) == 1
+        assert stream.handed_out()
+    finally:
+        stream.close()

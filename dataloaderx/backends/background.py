@@ -87,6 +87,7 @@ class _QueueBuffer(Buffer):
         self._gate = gate
         self._meter = None if controller is None else StallMeter(controller)
         self._cleared = False  #: set by clear(): the stream closed; a waiting loop gets the end
+        self._handed = False
 
     def __len__(self) -> int:
         with self._pending.mutex:
@@ -115,6 +116,7 @@ class _QueueBuffer(Buffer):
         pending, gate = self._pending, self._gate
         with pending.mutex:
             gate.budget.remove(size)
+            self._handed = self._handed or envelope[0] == ITEM
             if self._meter is not None:
                 chosen = self._meter.observe(start, buffered, gate.room_waits, gate.byte_waits)
                 if pending.maxsize != sys.maxsize:  # not while closing
@@ -128,6 +130,10 @@ class _QueueBuffer(Buffer):
             if self._meter is None:
                 return fixed_usage(self._depth, peak)
             return self._meter.controller.usage(peak)
+
+    def handed_out(self) -> bool:
+        with self._pending.mutex:
+            return self._handed
 
     def clear(self) -> None:
         # Only while closing. BackgroundGenerator's puts never time out and, when the garbage

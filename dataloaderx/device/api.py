@@ -17,22 +17,61 @@ def _cudart() -> Any:
 
 
 class DeviceAPI(Protocol):
-    """Accelerator operations the ``cuda`` backend uses; "current" is the calling thread's."""
+    """Accelerator operations the ``cuda`` backend uses. "Current" is the calling thread's:
+    each thread has its own current device and, per device, its own current stream. Every
+    method may be called from any thread; none blocks on the device unless it says so."""
 
-    def accelerator_type(self) -> str | None: ...  # "cuda", "xpu", ..., or None
-    def device_count(self) -> int: ...  # devices this process sees
-    def current_device_index(self) -> int: ...
-    def set_device(self, device: torch.device) -> None: ...  # make it the current device
-    def new_stream(self, device: torch.device) -> Any: ...
-    def current_stream(self, device: torch.device) -> Any: ...
-    def use_stream(self, stream: Any) -> AbstractContextManager[Any]: ...  # enqueue work on it
-    def new_event(self, device: torch.device) -> Any: ...
-    def record_event(self, event: Any, stream: Any) -> None: ...  # completes with work so far
-    def wait_event(self, stream: Any, event: Any) -> None: ...  # later work on stream waits
-    def is_pinned(self, tensor: torch.Tensor) -> bool: ...  # in page-locked host memory
-    def pin_buffer(self, nbytes: int) -> torch.Tensor: ...  # new, page-locked, 1-D uint8, >= nbytes
-    def unpin_buffer(self, buffer: torch.Tensor) -> None: ...  # no copy may still read it
-    def event_done(self, event: Any) -> bool: ...  # all work recorded before it completed
+    def accelerator_type(self) -> str | None:
+        """The accelerator's device type (``"cuda"``, ``"xpu"``, ...), or ``None`` if this
+        process has none it can use. Touches no device."""
+
+    def device_count(self) -> int:
+        """How many devices of that type this process sees; 0 without an accelerator."""
+
+    def current_device_index(self) -> int:
+        """The calling thread's current device (0 in a thread that never set one)."""
+
+    def set_device(self, device: torch.device) -> None:
+        """Make ``device`` the calling thread's current device; other threads keep theirs."""
+
+    def new_stream(self, device: torch.device) -> Any:
+        """A new stream on ``device``, apart from its default stream: work enqueued on it
+        runs in order with itself only."""
+
+    def current_stream(self, device: torch.device) -> Any:
+        """The calling thread's current stream on ``device`` (its default stream unless a
+        :meth:`use_stream` block is open in this thread)."""
+
+    def use_stream(self, stream: Any) -> AbstractContextManager[Any]:
+        """A context in which the calling thread's work on the stream's device is enqueued on
+        ``stream``; leaving it restores the previous current stream."""
+
+    def new_event(self, device: torch.device) -> Any:
+        """A new event on ``device``, not yet recorded."""
+
+    def record_event(self, event: Any, stream: Any) -> None:
+        """Record ``event`` on ``stream``: it completes once all work enqueued on ``stream``
+        so far has completed. Returns at once."""
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        """Make all work enqueued on ``stream`` from now on wait until ``event`` completed.
+        Returns at once; the host does not wait."""
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lies in page-locked host memory, from which a non-blocking copy
+        to the device really is asynchronous."""
+
+    def pin_buffer(self, nbytes: int) -> torch.Tensor:
+        """A new page-locked, 1-D ``uint8`` host tensor of at least ``nbytes`` bytes (whole
+        pages), kept until :meth:`unpin_buffer`."""
+
+    def unpin_buffer(self, buffer: torch.Tensor) -> None:
+        """Give back a buffer from :meth:`pin_buffer`. The caller guarantees that no copy
+        enqueued on any stream may still read it."""
+
+    def event_done(self, event: Any) -> bool:
+        """Whether all work recorded before ``event`` has completed; never waits."""
+
     def copy(
         self,
         tensor: torch.Tensor,
@@ -40,11 +79,17 @@ class DeviceAPI(Protocol):
         *,
         non_blocking: bool,
         memory_format: torch.memory_format,
-    ) -> torch.Tensor: ...  # to ``device``, on the current stream
-    #: Whether ``tensor``'s memory belongs to ``device``'s caching allocator.
-    def is_on(self, tensor: torch.Tensor, device: torch.device) -> bool: ...
-    #: Tell the caching allocator that ``stream`` uses ``tensor``'s memory.
-    def record_stream(self, tensor: torch.Tensor, stream: Any) -> None: ...
+    ) -> torch.Tensor:
+        """``tensor`` copied to ``device`` in ``memory_format``, enqueued on the calling
+        thread's current stream of that device. With ``non_blocking`` and pinned memory the
+        copy may still run when this returns: the source must not change before it ends."""
+
+    def is_on(self, tensor: torch.Tensor, device: torch.device) -> bool:
+        """Whether ``tensor``'s memory belongs to ``device``'s caching allocator."""
+
+    def record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
+        """Tell ``tensor``'s caching allocator that ``stream`` uses its memory: the memory is
+        not reused, once freed, before the work enqueued on ``stream`` by then completed."""
 
 
 class TorchAccelerator:

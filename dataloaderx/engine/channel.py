@@ -10,7 +10,7 @@ from time import perf_counter
 from dataloaderx.engine.buffer_options import AUTO, DEFAULT_MAX_DEPTH, DepthSpec
 from dataloaderx.engine.byte_budget import ByteBudget
 from dataloaderx.engine.depth import BufferUsage, DepthController, StallMeter, fixed_usage
-from dataloaderx.engine.stream import END, POLL_SECONDS, Buffer, Envelope
+from dataloaderx.engine.stream import END, ITEM, POLL_SECONDS, Buffer, Envelope
 
 
 class Channel(Buffer):
@@ -35,6 +35,7 @@ class Channel(Buffer):
         self._waits = [0, 0]
         #: Set by :meth:`clear`: the stream closed, and a waiting loop gets the end.
         self._cleared = False
+        self._handed = False
 
     def __len__(self) -> int:
         with self._lock:
@@ -79,6 +80,7 @@ class Channel(Buffer):
                 self._loop_waits = False
             item, size = self._items.popleft()
             self._budget.remove(size)
+            self._handed = self._handed or item[0] == ITEM
             if self._meter is not None:
                 self._depth = self._meter.observe(start, buffered, *self._waits)
             waiting = self._producer_waits  # the bytes of its batch, if it waits for room
@@ -96,6 +98,10 @@ class Channel(Buffer):
             if self._meter is None:
                 return fixed_usage(self._depth, peak)
             return self._meter.controller.usage(peak)
+
+    def handed_out(self) -> bool:
+        with self._lock:
+            return self._handed
 
     def clear(self) -> None:
         with self._lock:

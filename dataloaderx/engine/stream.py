@@ -53,6 +53,10 @@ class Stream(abc.ABC, Generic[T_co]):
         """The buffer's depths and the most bytes it held (``None``: not known)."""
         return None
 
+    def handed_out(self) -> bool:
+        """Whether the stream has handed out a batch (``False``: none, or not known)."""
+        return False
+
 
 class Buffer(abc.ABC):
     """The transport from a producer thread to the loop's thread; thread-safe."""
@@ -68,6 +72,10 @@ class Buffer(abc.ABC):
     @abc.abstractmethod
     def usage(self) -> BufferUsage:
         """The depths used so far and the most bytes of tensors held at once."""
+
+    @abc.abstractmethod
+    def handed_out(self) -> bool:
+        """Whether :meth:`get` has returned a batch."""
 
     @abc.abstractmethod
     def clear(self) -> None:
@@ -119,6 +127,9 @@ class ThreadedStream(Stream[T]):
 
     def usage(self) -> BufferUsage:
         return self._buffer.usage()
+
+    def handed_out(self) -> bool:
+        return self._buffer.handed_out()
 
     def close(self) -> None:
         """Stop the producer, join it (up to ``JOIN_TIMEOUT_SECONDS``), then run ``after_close``."""

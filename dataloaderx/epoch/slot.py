@@ -13,7 +13,7 @@ from dataloaderx.engine.stream import Stream
 class ProducerSlot:
     """Holds the epoch's producer stream while one runs, which closing the epoch (from any
     thread) stops; thread-safe. ``mode`` is how the latest batches were made, ``usage`` the
-    buffer usage of the latest producer that held bytes, else of the first."""
+    buffer usage of the latest producer that handed out a batch, else of the first."""
 
     __slots__ = ("_lock", "_stream", "mode", "usage")
 
@@ -37,8 +37,8 @@ class ProducerSlot:
             try:
                 stream.close()
             finally:
-                usage = stream.usage()  # one that held no bytes (read only the end) adds nothing
-                if usage is not None and (usage.peak_bytes or self.usage is None):
+                usage = stream.usage()  # one that only read past the end adds nothing
+                if usage is not None and (stream.handed_out() or self.usage is None):
                     self.usage = usage
 
     def __getstate__(self) -> dict[str, Any]:  # a copy keeps what the figures need only
