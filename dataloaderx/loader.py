@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -17,21 +17,36 @@ from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.options import BackendSpec, resolve_backend
 from dataloaderx.resume.tracker import ResumeTracker
 from dataloaderx.stats import EpochStats, LoaderStats
+from dataloaderx.workers.iterator import ThreadWorkersIterator
+from dataloaderx.workers.method import (
+    THREAD,
+    WorkerMethod,
+    check_worker_method,
+    dataloader_takes_worker_method,
+)
 
 __all__ = ["DataLoaderX"]
 
 T_co = TypeVar("T_co", covariant=True)
 
+#: The iterators that run workers, which a loader releases when an epoch ends early.
+_WITH_WORKERS: Final = (_MultiProcessingDataLoaderIter, ThreadWorkersIterator)
+_TORCH_WORKER_METHOD: Final = dataloader_takes_worker_method()
+
 
 class DataLoaderX(DataLoader[T_co]):
     """A drop-in ``torch.utils.data.DataLoader`` that prefetches batches.
 
-    Every ``DataLoader`` argument works unchanged; two keyword-only ones pick how batches are
-    prefetched. Both are validated here, before any thread or worker process starts, and kept as
-    the attributes ``backend`` and ``backend_options``, so that frameworks which rebuild a loader
+    Every ``DataLoader`` argument works unchanged; three keyword-only ones pick how batches are
+    made and prefetched. They are validated here, before any thread or worker process starts,
+    and kept as the attributes of the same names, so that frameworks which rebuild a loader
     from its attributes keep them.
 
     Args:
+        worker_method: ``"multiprocessing"`` (the default): ``num_workers`` worker processes,
+            as ``DataLoader``; ``"thread"``: ``num_workers`` worker threads in this process,
+            with the same batches, order and worker contract (``docs/thread-workers.md``).
+            A ``DataLoader`` of a torch that takes ``worker_method`` itself is given it.
         backend: a registered backend name such as ``"thread"``, ``"background"`` or
             ``"sync"``; a mapping with a ``"name"`` key plus options, such as
             ``{"name": "thread", "depth": 4}``; or ``None`` for the ``DATALOADERX_BACKEND``
@@ -41,6 +56,7 @@ class DataLoaderX(DataLoader[T_co]):
 
     backend: BackendSpec
     backend_options: Mapping[str, Any] | None
+    worker_method: WorkerMethod
 
     def __init__(
         self,
@@ -62,10 +78,16 @@ class DataLoaderX(DataLoader[T_co]):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
+        worker_method: WorkerMethod = "multiprocessing",
         backend: BackendSpec = None,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._prefetch_backend, common = resolve_backend(backend, backend_options)
+        self.worker_method = check_worker_method(
+            worker_method, dataset=dataset, multiprocessing_context=multiprocessing_context
+        )
+        # A torch whose DataLoader has worker threads of its own runs them.
+        torch_arguments = {"worker_method": worker_method} if _TORCH_WORKER_METHOD else {}
         self._stats = EpochStats(common.stats)
         self.backend = backend
         self.backend_options = backend_options
@@ -90,6 +112,7 @@ class DataLoaderX(DataLoader[T_co]):
             persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device,
             in_order=in_order,
+            **torch_arguments,
         )
 
     @property
@@ -133,7 +156,7 @@ class DataLoaderX(DataLoader[T_co]):
         with self._resume.epoch(self) as tracking:
             inner = super().__iter__()
         release = None
-        if isinstance(inner, _MultiProcessingDataLoaderIter) and not reuses_workers:
+        if isinstance(inner, _WITH_WORKERS) and not reuses_workers:
             release = inner._shutdown_workers
         iterator = PrefetchIterator(
             inner,
@@ -155,12 +178,23 @@ class DataLoaderX(DataLoader[T_co]):
         # warns; that is left to it, so that the same warnings appear.
         pins = self.pin_memory and not self.pin_memory_device and torch.accelerator.is_available()
         if not (pins and self._prefetch_backend.pins_host_memory()):
-            return super()._get_iterator()
+            return self._new_iterator()
         self.pin_memory = False
         try:
-            return super()._get_iterator()
+            return self._new_iterator()
         finally:
             self.pin_memory = True
+
+    def _new_iterator(self) -> Any:
+        if self.num_workers > 0 and self.worker_method == THREAD and not _TORCH_WORKER_METHOD:
+            return ThreadWorkersIterator(self)
+        return super()._get_iterator()
+
+    def check_worker_number_rationality(self) -> None:
+        # DataLoader warns of more worker processes than cores; threads waiting on I/O may
+        # well outnumber the cores.
+        if self.worker_method != THREAD:
+            super().check_worker_number_rationality()
 
     @property
     def _index_sampler(self) -> Any:

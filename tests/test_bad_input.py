@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from torch.utils.data.datapipes.iter import IterableWrapper
 
 import dataloaderx.registry as registry
 from dataloaderx import (
@@ -163,6 +164,31 @@ CASES: dict[str, Case] = {
         _from_file("loader.yaml", "backend:\n  depth: 2\n"),
         ValueError,
         ("{'depth': 2}", "'name'"),
+    ),
+    "unknown worker_method": Case(
+        _loader(worker_method="threads"),
+        ValueError,
+        ("worker_method", "'threads'", "'multiprocessing'", "'thread'", "did you mean 'thread'"),
+    ),
+    "worker_method of the wrong type": Case(
+        _loader(worker_method=True), TypeError, ("worker_method", "True", "bool", "'thread'")
+    ),
+    "multiprocessing_context with worker threads": Case(
+        _loader(worker_method="thread", multiprocessing_context="spawn"),
+        ValueError,
+        ("multiprocessing_context='spawn'", "worker_method='thread'", "Remove"),
+    ),
+    "a datapipe with worker threads": Case(
+        lambda _tmp_path: DataLoaderX(
+            IterableWrapper(range(4)), num_workers=2, worker_method="thread"
+        ),
+        ValueError,
+        ("worker_method='thread'", "IterableWrapper", "worker_method='multiprocessing'"),
+    ),
+    "unknown worker_method in a file": Case(
+        _from_file("loader.yaml", "num_workers: 2\nworker_method: process\n"),
+        ValueError,
+        ("worker_method", "'process'", "'multiprocessing'"),
     ),
     "config with a bad depth": Case(
         _from_file("loader.json", '{"backend": {"name": "thread", "depth": 0}}'),

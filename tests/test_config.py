@@ -111,3 +111,17 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
 def test_bad_configs(config: Any, error: type[Exception], pattern: str) -> None:
     with pytest.raises(error, match=pattern):
         DataLoaderX.from_config(RangeDataset(10), config)
+
+
+@pytest.mark.parametrize("suffix", ["yaml", "toml", "json"])
+def test_worker_method_from_a_file(tmp_path: Path, suffix: str) -> None:
+    text = {
+        "yaml": "num_workers: 2\nworker_method: thread\n",
+        "toml": 'num_workers = 2\nworker_method = "thread"\n',
+        "json": '{"num_workers": 2, "worker_method": "thread"}',
+    }[suffix]
+    path = tmp_path / f"loader.{suffix}"
+    path.write_text(text)
+    loader = DataLoaderX.from_config(RangeDataset(6), path)
+    assert loader.worker_method == "thread"
+    assert sorted(int(batch[0, 0]) for batch in loader) == list(range(6))

@@ -64,3 +64,11 @@ def test_bad_backend_option_names_the_option() -> None:
     config = compose("+loader.backend_options.dpth=2")
     with pytest.raises(InstantiationException, match=r"unknown option 'dpth'.*'depth'"):
         instantiate(config.loader, dataset=RangeDataset(3))
+
+
+def test_worker_threads_from_an_override() -> None:
+    config = compose("loader.num_workers=2", "+loader.worker_method=thread")
+    loader = instantiate(config.loader, dataset=RangeDataset(10))
+    assert loader.worker_method == "thread"
+    expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
+    assert_same_events(run_events(iter(loader)), expected)

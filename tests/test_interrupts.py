@@ -40,11 +40,16 @@ def _next_line(lines: queue.Queue[str], timeout: float) -> str:
         raise AssertionError(f"no output from the scenario within {timeout} s") from None
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_ctrl_c_reaches_the_consumer_within_a_second(backend: str, num_workers: int) -> None:
+@pytest.mark.parametrize(
+    ("num_workers", "worker_method"),
+    [(0, "multiprocessing"), (2, "multiprocessing"), (2, "thread")],
+)
+def test_ctrl_c_reaches_the_consumer_within_a_second(
+    backend: str, num_workers: int, worker_method: str
+) -> None:
     # Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
     process = subprocess.Popen(
-        scenario_command("ctrl_c.py", backend, str(num_workers)),
+        scenario_command("ctrl_c.py", backend, str(num_workers), worker_method),
         env=scenario_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -80,6 +80,30 @@ def test_command_line_overrides_backend_as_a_mapping() -> None:
     assert loader.backend == {"name": "sync"}
 
 
+def test_command_line_picks_worker_threads() -> None:
+    loader = cli(
+        "--config",
+        str(CONFIG),
+        "--data.loader.init_args.num_workers",
+        "2",
+        "--data.loader.init_args.worker_method",
+        "thread",
+    ).datamodule.train_dataloader()
+    assert loader.worker_method == "thread"
+    expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
+    assert_same_events(run_events(iter(loader)), expected)
+
+
+def test_a_bad_worker_method_is_rejected_with_the_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli("--config", str(CONFIG), "--data.loader.init_args.worker_method", "process")
+    error = capsys.readouterr().err
+    assert "worker_method" in error
+    assert "thread" in error
+
+
 def test_wrong_type_is_rejected_naming_the_argument(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli("--config", str(CONFIG), "--data.loader.init_args.backend_options", "[1, 2]")

@@ -61,6 +61,7 @@ class ShardRecorder(lightning.LightningModule):
             "loader_class": type(loader).__name__,
             "backend": loader.backend,
             "backend_options": loader.backend_options,
+            "worker_method": loader.worker_method,
             "resolved": [loader.prefetch_backend.name, loader.prefetch_backend.describe()],
             "batch_size": loader.batch_size,
             "distributed_sampler": isinstance(loader.sampler, DistributedSampler),
@@ -80,6 +81,8 @@ class ShardRecorder(lightning.LightningModule):
 def test_ddp_spawn_keeps_the_loader_class_backend_and_options(tmp_path: Path) -> None:
     loader_kwargs = {
         "batch_size": 4,
+        "num_workers": 2,
+        "worker_method": "thread",
         "backend": "background",
         "backend_options": {"depth": 3},
     }
@@ -103,6 +106,7 @@ def test_ddp_spawn_keeps_the_loader_class_backend_and_options(tmp_path: Path) ->
         assert record["loader_class"] == "DataLoaderX"
         assert record["backend"] == "background"
         assert record["backend_options"] == {"depth": 3}
+        assert record["worker_method"] == "thread"
         assert record["resolved"] == [
             "background",
             {"depth": 3, "max_depth": None, "max_bytes": None},

@@ -88,7 +88,12 @@ def test_dataloader_validation_is_unchanged() -> None:
 def test_rebuilding_from_attributes_keeps_the_backend() -> None:
     """Frameworks such as Lightning rebuild a loader from same-named attributes."""
     original = DataLoaderX(
-        RangeDataset(10), batch_size=3, backend={"name": "thread"}, backend_options={"depth": 5}
+        RangeDataset(10),
+        batch_size=3,
+        num_workers=2,
+        worker_method="thread",
+        backend={"name": "thread"},
+        backend_options={"depth": 5},
     )
     parameters = inspect.signature(DataLoaderX.__init__).parameters
     kwargs = {
@@ -101,6 +106,7 @@ def test_rebuilding_from_attributes_keeps_the_backend() -> None:
     assert rebuilt.backend_options == {"depth": 5}
     assert rebuilt.prefetch_backend.depth == 5  # type: ignore[attr-defined]
     assert rebuilt.batch_size == 3
+    assert rebuilt.worker_method == "thread"
 
 
 def test_signature_extends_dataloader() -> None:
@@ -112,5 +118,7 @@ def test_signature_extends_dataloader() -> None:
     for name, parameter in theirs.items():
         assert ours[name].default == parameter.default
         assert ours[name].kind == parameter.kind
+    assert ours["worker_method"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert ours["worker_method"].default == "multiprocessing"
     assert ours["backend"].kind is inspect.Parameter.KEYWORD_ONLY
     assert ours["backend_options"].kind is inspect.Parameter.KEYWORD_ONLY

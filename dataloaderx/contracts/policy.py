@@ -55,8 +55,8 @@ class ModePolicy(Protocol):
         """Why the current mode was chosen, in a few words."""
 
     def start_epoch(self, *, helper_processes: bool) -> Verdict:
-        """A new epoch starts; ``helper_processes``: whether other processes (DataLoader
-        workers) may be making batches while the loop steps, in either mode."""
+        """A new epoch starts; ``helper_processes``: whether DataLoader workers (processes, or
+        worker threads) may be making batches while the loop steps, in either mode."""
 
     def observe(self, cycles: Cycles) -> Verdict:
         """Account for cycles made as the latest verdict asked (at most its ``cycles``)."""

@@ -76,7 +76,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         self._finalizer = weakref.finalize(self, _shut_down, self._epoch, os.getpid())
         # Before the backend starts anything that reads the source in another thread.
         import_handoff_modules()
-        self._epoch.start(self._finalizer)
+        self._epoch.start(self._finalizer, helpers=num_workers > 0)
 
     def __iter__(self) -> PrefetchIterator[T_co]:
         return self

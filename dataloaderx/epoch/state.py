@@ -127,16 +127,18 @@ class EpochState(Generic[T]):
         self.take = _reader(self.feed, prepare, self.position, self.stats)
         self.close: Callable[[], None] = _not_yet
 
-    def start(self, close: Callable[[], None]) -> None:
-        """Begin the epoch (``close`` shuts it down); a producer may start here."""
+    def start(self, close: Callable[[], None], *, helpers: bool) -> None:
+        """Begin the epoch (``close`` shuts it down); a producer may start here. ``helpers``:
+        whether the source has workers (processes or threads) making batches meanwhile."""
         self.close = close
         if self.inline is None:
             self.follow(_ALWAYS_PREFETCH, None)
         elif self.policy is None:
             self.follow(_ON_DEMAND, None)
         else:
-            # Worker processes already exist here: the iterator this reads from was made.
-            helpers = bool(multiprocessing.active_children())
+            # Worker processes already exist here (the iterator this reads from was made),
+            # whoever made them.
+            helpers = helpers or bool(multiprocessing.active_children())
             self.follow(self.policy.start_epoch(helper_processes=helpers), None)
 
     def request_close(self) -> None:

@@ -1,0 +1,101 @@
+"""``torch.utils.data.get_worker_info()`` inside worker threads.
+
+PyTorch's ``get_worker_info()`` returns a module global, which its worker processes set;
+threads share that global. :func:`install` therefore gives the function (the one object,
+so every name bound to it, imported before this package or after, sees the change) a body
+that returns the calling thread's info when the thread is a worker thread, and the global
+otherwise: ``None`` in the loop's thread, a worker process's info in a worker process.
+The original body is checked first; :func:`install` refuses a torch whose function is not
+the plain return of that global.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+import threading
+from typing import Any, Final
+
+import numpy
+import torch
+from torch.utils.data import Dataset
+from torch.utils.data._utils import worker as torch_worker
+
+__all__ = ["install", "set_thread_info", "worker_info"]
+
+#: The name under which the local is reachable from ``get_worker_info``'s globals.
+_GLOBAL_NAME: Final = "_dataloaderx_worker_threads"
+#: Fields PyTorch's ``WorkerInfo`` has for thread workers (torch >= 2.10 or so).
+_THREAD_FIELDS: Final = {"rng", "worker_method"}
+
+
+class _Local(threading.local):
+    #: The calling worker thread's ``WorkerInfo``; ``None`` in every other thread.
+    info: Any = None
+
+
+_LOCAL: Final = _Local()
+_lock = threading.Lock()
+_installed = False
+
+
+def _thread_aware() -> Any:  # the body given to torch's get_worker_info, in its module
+    info = _dataloaderx_worker_threads.info  # type: ignore[name-defined]  # noqa: F821
+    return _worker_info if info is None else info  # type: ignore[name-defined]  # noqa: F821
+
+
+def install() -> None:
+    """Make ``get_worker_info()`` thread-aware (once per process); raise ``RuntimeError`` if
+    this torch's function is not the one this package knows how to extend."""
+    global _installed
+    function = torch_worker.get_worker_info
+    with _lock:
+        if _installed:
+            return
+        original = function.__code__
+        if original.co_names != ("_worker_info",) or original.co_argcount or original.co_freevars:
+            raise RuntimeError(
+                "worker_method='thread' needs torch.utils.data.get_worker_info() to return "
+                f"the module global _worker_info, and this torch ({torch.__version__}) "
+                "defines it otherwise; use worker_method='multiprocessing'"
+            )
+        vars(torch_worker)[_GLOBAL_NAME] = _LOCAL
+        renamed = {"co_name": original.co_name}
+        if sys.version_info >= (3, 11):
+            renamed["co_qualname"] = original.co_qualname
+        function.__code__ = _thread_aware.__code__.replace(**renamed)  # type: ignore[arg-type]
+        _installed = True
+
+
+def set_thread_info(info: Any) -> None:
+    """Make ``info`` what ``get_worker_info()`` returns in the calling thread."""
+    _LOCAL.info = info
+
+
+def worker_info(dataset: Dataset[Any], worker_id: int, num_workers: int, base_seed: int) -> Any:
+    """The ``WorkerInfo`` of worker thread ``worker_id``: the seed a worker process would get
+    from the same base seed; where torch's ``WorkerInfo`` has them, ``worker_method`` and
+    per-thread generators in the states a worker process's global ones start from."""
+    seed = base_seed + worker_id
+    fields: dict[str, Any] = {
+        "id": worker_id,
+        "num_workers": num_workers,
+        "seed": seed,
+        "dataset": dataset,
+    }
+    kind = torch_worker.WorkerInfo
+    names = (
+        {field.name for field in dataclasses.fields(kind)}
+        if dataclasses.is_dataclass(kind)
+        else set()
+    )
+    if names >= _THREAD_FIELDS:
+        numpy_seed = torch_worker._generate_state(base_seed, worker_id)  # type: ignore[no-untyped-call]
+        fields["rng"] = torch_worker._RNG(
+            random_generator=random.Random(seed),
+            torch_generator=torch.Generator().manual_seed(seed),
+            numpy_generator=numpy.random.RandomState(numpy_seed),
+        )
+        fields["worker_method"] = "thread"
+    return torch_worker.WorkerInfo(**fields)

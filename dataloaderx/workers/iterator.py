@@ -1,0 +1,154 @@
+"""``DataLoader``'s iterator with worker threads in the loader's process for worker processes.
+
+It is a ``_BaseDataLoaderIter``, as PyTorch's own iterators are: the sampler, the base seed
+drawn from the loader's ``generator``, ``len()``, the persistent-workers reset and the
+profiler label are PyTorch's. What differs is where a batch is made: a worker thread of
+:mod:`dataloaderx.workers.pool`, which hands it over as an object, not pickled through
+shared memory. The shutdown: the end of a non-persistent epoch, ``_shutdown_workers()`` (the
+loader's release of a left epoch) and garbage collection stop the threads, each within the
+task it is running; the threads hold no reference to this iterator.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+import weakref
+from typing import Any, NoReturn
+
+import torch
+from torch._utils import ExceptionWrapper
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from dataloaderx.engine.producer import thread_name
+from dataloaderx.engine.stream import POLL_SECONDS
+from dataloaderx.workers.info import install
+from dataloaderx.workers.pool import Outcome, Result, WorkerSetup, WorkerThreads
+from dataloaderx.workers.schedule import Schedule
+
+__all__ = ["ThreadWorkersIterator"]
+
+
+def _stop(workers: WorkerThreads, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # a forked child has none of these threads
+        workers.close()
+
+
+def _reraise(wrapper: ExceptionWrapper) -> NoReturn:
+    """Raise a worker's error as ``DataLoader`` does (its type, and the worker's traceback in
+    the message), without the reference cycle PyTorch's ``reraise`` leaves in its frame."""
+    try:
+        wrapper.reraise()  # type: ignore[no-untyped-call]
+    except BaseException as error:
+        traceback.clear_frames(error.__traceback__)
+        raise
+    raise RuntimeError(f"a DataLoader worker thread failed: {wrapper.exc_msg}")
+
+
+class ThreadWorkersIterator(_BaseDataLoaderIter):
+    """One epoch (or, with ``persistent_workers``, every epoch) of a loader with
+    ``worker_method="thread"``."""
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        super().__init__(loader)
+        install()
+        self._prefetch_factor: int = loader.prefetch_factor or 2
+        self._in_order = loader.in_order
+        pin = None
+        device_type = self._pin_memory_device
+        if self._pin_memory and device_type is not None:  # on the current device, as DataLoader
+            pin = (device_type, torch.accelerator.current_device_index())
+        setup = WorkerSetup(
+            dataset_kind=self._dataset_kind,
+            dataset=self._dataset,
+            auto_collation=self._auto_collation,
+            collate_fn=self._collate_fn,
+            drop_last=self._drop_last,
+            init_fn=loader.worker_init_fn,
+            num_workers=self._num_workers,
+            base_seed=int(self._base_seed),
+            pin=pin,
+        )
+        self._workers = WorkerThreads(setup, name=thread_name("worker"))
+        self._finalizer = weakref.finalize(self, _stop, self._workers, os.getpid())
+        self._shutdown = False
+        self._epoch = 0
+        self._reset(loader, first_iter=True)
+
+    @property
+    def worker_threads(self) -> list[Any]:
+        """The worker threads, by worker id."""
+        return list(self._workers.threads)
+
+    def _reset(self, loader: DataLoader[Any], first_iter: bool = False) -> None:
+        super()._reset(loader, first_iter)
+        if not first_iter:
+            self._epoch = self._workers.new_epoch()
+        self._schedule = Schedule(self._num_workers, self._prefetch_factor, self._in_order)
+        for _ in range(self._schedule.limit):
+            self._try_put_index()
+
+    def _try_put_index(self) -> None:
+        worker = self._schedule.next_worker()
+        if worker is None:
+            return
+        try:
+            indices = self._next_index()  # type: ignore[no-untyped-call]
+        except StopIteration:
+            return
+        self._workers.send(worker, self._schedule.sent_to(worker), indices)
+
+    def _next_data(self) -> Any:
+        schedule = self._schedule
+        while True:
+            result = schedule.ready()
+            if result is None:
+                if schedule.done or self._shutdown:  # nothing is out: the epoch is over
+                    if not self._persistent_workers:
+                        self._shutdown_workers()
+                    raise StopIteration
+                result = schedule.arrived(self._receive())
+                if result is None:  # it came early, or its worker ran out of batches
+                    self._try_put_index()
+                    continue
+            schedule.handed_out(result)
+            self._try_put_index()
+            return self._open(result)
+
+    def _receive(self) -> Result:
+        """The next result of this epoch; raise after ``timeout`` seconds, as ``DataLoader``,
+        or when a worker thread ended without one."""
+        timeout = self._timeout
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        while True:
+            wait = POLL_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
+            result = self._workers.receive(min(wait, POLL_SECONDS))
+            if result is not None:
+                if result.epoch == self._epoch:
+                    return result
+                continue  # a task of an earlier epoch that was running when it was left
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
+            ended = self._workers.ended()
+            if ended:
+                raise RuntimeError(
+                    f"DataLoader worker thread(s) {ended} ended unexpectedly; "
+                    "their error was printed by threading.excepthook"
+                )
+
+    def _open(self, result: Result) -> Any:
+        if result.outcome is Outcome.BATCH:
+            return result.payload
+        if result.outcome is Outcome.FAILED:
+            _reraise(result.payload)
+        raise RuntimeError(
+            f"DataLoader worker thread {result.worker} exited unexpectedly: {result.payload!r}"
+        ) from result.payload
+
+    def _shutdown_workers(self) -> None:
+        """Stop the worker threads (once); as PyTorch's iterator's, which the loader calls."""
+        if not self._shutdown:
+            self._shutdown = True
+            self._finalizer()

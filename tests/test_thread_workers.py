@@ -1,0 +1,500 @@
+"""``worker_method="thread"``: DataLoader's worker contract, kept by threads, for every backend.
+
+The reference is ``DataLoader`` with worker processes and the same arguments: the same
+batches in the same order, worker ids and seeds, errors (the worker named a thread),
+``worker_init_fn`` calls, sharded iterable datasets, resume states.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import Counter as Tally
+from collections.abc import Iterator
+from typing import Any
+
+import numpy
+import pytest
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    SequentialSampler,
+    get_worker_info,
+)
+
+import dataloaderx.loader as loader_module
+from dataloaderx import DataLoaderX
+from dataloaderx.workers.iterator import ThreadWorkersIterator
+from dataloaderx.workers.method import dataloader_takes_worker_method
+from tests.helpers import (
+    FailingDataset,
+    RangeDataset,
+    StructDataset,
+    assert_same,
+    failing_collate,
+    run_events,
+    wait_until_clean,
+)
+from tests.reliability_support import REPO_ROOT
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    # The reference's worker processes outnumber this machine's cores in some tests.
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+]
+
+THREADS = {"worker_method": "thread"}
+
+
+class WhoMadeIt(Dataset[torch.Tensor]):
+    """Item ``i``: ``i``, the worker's id and seed, and one draw of each generator the worker
+    is meant to draw from: ``get_worker_info().rng`` where torch fills it (worker threads),
+    else the globals a worker process seeds. Both start from the same states."""
+
+    def __len__(self) -> int:
+        return 37
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        info = get_worker_info()
+        assert info is not None
+        rng = info.rng
+        if rng is None:
+            draws = [random.random(), torch.rand(()).item(), numpy.random.rand()]
+        else:
+            draws = [
+                rng.random_generator.random(),
+                torch.rand((), generator=rng.torch_generator).item(),
+                rng.numpy_generator.rand(),
+            ]
+        return torch.tensor([index, info.id, info.num_workers, info.seed, *draws])
+
+
+class Sharded(IterableDataset[int]):
+    """Worker ``k`` of ``n`` yields ``k, k + n, ...`` below ``size + 4 * k``: uneven shards."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self) -> Iterator[int]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(worker, self.size + 4 * worker, workers))
+
+
+def processes_and_threads(
+    dataset: Any, backend: str, seed: int | None = None, **kwargs: Any
+) -> tuple[DataLoader[Any], DataLoaderX[Any]]:
+    """``DataLoader`` with worker processes, and ``DataLoaderX`` with worker threads."""
+
+    def seeded() -> dict[str, Any]:
+        return {} if seed is None else {"generator": torch.Generator().manual_seed(seed)}
+
+    return (
+        DataLoader(dataset, **kwargs, **seeded()),
+        DataLoaderX(dataset, backend=backend, **kwargs, **seeded(), **THREADS),
+    )
+
+
+# 1. Same batches, same order, same workers ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"batch_size": 4, "num_workers": 2},
+        {"batch_size": 3, "num_workers": 3, "shuffle": True, "drop_last": True},
+        {"batch_size": None, "num_workers": 2, "shuffle": True},
+        {"batch_size": 5, "num_workers": 2, "prefetch_factor": 1},
+        {"batch_size": 2, "num_workers": 4, "prefetch_factor": 3},
+    ],
+    ids=["plain", "shuffle-drop-last", "no-batching", "prefetch-1", "four-workers"],
+)
+def test_same_batches_workers_and_draws_as_worker_processes(
+    backend: str, options: dict[str, Any]
+) -> None:
+    reference, loader = processes_and_threads(WhoMadeIt(), backend, seed=5, **options)
+    expected = list(reference)
+    assert len(expected) == len(loader)
+    assert_same(list(loader), expected)
+
+
+def test_batch_sampler_and_structured_items_match(backend: str) -> None:
+    sampler = BatchSampler(SequentialSampler(range(23)), batch_size=4, drop_last=False)
+    reference, loader = processes_and_threads(
+        StructDataset(23), backend, batch_sampler=sampler, num_workers=2
+    )
+    assert_same(list(loader), list(reference))
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_a_sharded_iterable_dataset_yields_what_it_yields_with_processes(
+    backend: str, num_workers: int
+) -> None:
+    reference, loader = processes_and_threads(
+        Sharded(20), backend, batch_size=3, num_workers=num_workers
+    )
+    assert_same(list(loader), list(reference))
+
+
+def test_out_of_order_batches_are_the_same_batches(backend: str) -> None:
+    reference, loader = processes_and_threads(
+        RangeDataset(40), backend, batch_size=2, num_workers=3, in_order=False
+    )
+    expected = Tally(tuple(batch[:, 0].tolist()) for batch in reference)
+    assert Tally(tuple(batch[:, 0].tolist()) for batch in loader) == expected
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_epochs_with_set_epoch_match(backend: str, persistent: bool) -> None:
+    dataset = WhoMadeIt()
+    samplers = [DistributedSampler(dataset, num_replicas=2, rank=0, seed=3) for _ in range(2)]
+    options = {"batch_size": 4, "num_workers": 2, "persistent_workers": persistent}
+    reference = DataLoader(
+        dataset, sampler=samplers[0], generator=torch.Generator().manual_seed(4), **options
+    )
+    loader = DataLoaderX(
+        dataset,
+        sampler=samplers[1],
+        generator=torch.Generator().manual_seed(4),
+        backend=backend,
+        **options,
+        **THREADS,
+    )
+    for epoch in range(3):
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+        assert_same(list(loader), list(reference))
+
+
+def test_persistent_worker_threads_survive_epochs_left_early(backend: str) -> None:
+    reference, loader = processes_and_threads(
+        RangeDataset(30), backend, batch_size=4, num_workers=2, persistent_workers=True
+    )
+    threads = None
+    for epoch in range(5):
+        expected, actual = iter(reference), iter(loader)
+        for _ in range(2 if epoch % 2 == 0 else len(loader)):
+            assert_same(next(actual), next(expected))
+        now = loader._iterator.worker_threads  # type: ignore[union-attr]
+        assert threads is None or now == threads  # the same threads, epoch after epoch
+        threads = now
+    assert threads is not None
+    assert all(thread.is_alive() for thread in threads)
+
+
+def test_the_seeds_follow_the_loaders_generator_epoch_after_epoch(backend: str) -> None:
+    reference, loader = processes_and_threads(WhoMadeIt(), backend, seed=11, num_workers=2)
+    for _ in range(2):  # a new base seed each epoch, drawn from the generator
+        assert_same(list(loader), list(reference))
+
+
+# 2. get_worker_info --------------------------------------------------------------------
+
+
+def test_worker_info_in_worker_threads_and_none_in_the_loop(backend: str) -> None:
+    seen: list[Any] = []
+
+    class Recording(RangeDataset):
+        def __getitem__(self, index: int) -> torch.Tensor:
+            seen.append((threading.current_thread(), get_worker_info()))
+            return super().__getitem__(index)
+
+    dataset = Recording(12)
+    loader = DataLoaderX(dataset, batch_size=2, num_workers=3, backend=backend, **THREADS)
+    assert len(list(loader)) == 6
+    assert get_worker_info() is None
+    loop = threading.current_thread()
+    assert all(thread is not loop for thread, _ in seen)
+    infos = {info.id: info for _, info in seen}
+    assert sorted(infos) == [0, 1, 2]
+    for worker, info in infos.items():
+        assert info.num_workers == 3
+        assert info.dataset is dataset  # shared, not a copy
+        assert info.worker_method == "thread"
+        assert info.seed - worker == infos[0].seed  # base seed + worker id
+
+
+def test_get_worker_info_imported_before_the_package_sees_worker_threads() -> None:
+    script = (
+        "from torch.utils.data import get_worker_info as early\n"
+        "from torch.utils.data import Dataset\n"
+        "class D(Dataset):\n"
+        "    def __len__(self): return 4\n"
+        "    def __getitem__(self, i): return early().id\n"
+        "from dataloaderx import DataLoaderX\n"
+        "ids = [int(b) for b in DataLoaderX(D(), num_workers=2, worker_method='thread')]\n"
+        "print(ids, early())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[0, 1, 0, 1] None"
+
+
+def test_worker_processes_still_see_their_own_info_after_threads_ran() -> None:
+    threads = DataLoaderX(RangeDataset(4), num_workers=2, **THREADS)
+    assert len(list(threads)) == 4  # get_worker_info is thread-aware from here on
+    options = {"num_workers": 2, "generator": torch.Generator().manual_seed(2)}
+    reference = list(DataLoader(WhoMadeIt(), **options))
+    options["generator"] = torch.Generator().manual_seed(2)
+    assert_same(list(DataLoaderX(WhoMadeIt(), **options)), reference)
+
+
+# 3. worker_init_fn ---------------------------------------------------------------------
+
+
+class InitCalls:
+    """A ``worker_init_fn`` recording ``(worker_id, thread, worker info id)`` per call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, threading.Thread, int | None]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, worker_id: int) -> None:
+        info = get_worker_info()
+        with self.lock:
+            self.calls.append((worker_id, threading.current_thread(), info and info.id))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_init_fn_runs_once_per_worker_thread(backend: str, persistent: bool) -> None:
+    init = InitCalls()
+    loader = DataLoaderX(
+        RangeDataset(8),
+        batch_size=2,
+        num_workers=2,
+        persistent_workers=persistent,
+        worker_init_fn=init,
+        backend=backend,
+        **THREADS,
+    )
+    for _ in range(3):
+        assert len(list(loader)) == 4
+    epochs = 1 if persistent else 3
+    assert sorted(worker for worker, _, _ in init.calls) == sorted([0, 1] * epochs)
+    assert all(info_id == worker for worker, _, info_id in init.calls)
+    assert len({thread for _, thread, _ in init.calls}) == 2 * epochs
+
+
+def test_a_failing_worker_init_fn_fails_that_workers_first_batch(backend: str) -> None:
+    def init(worker_id: int) -> None:
+        if worker_id == 1:
+            raise OSError("no such shard")
+
+    loader = DataLoaderX(
+        RangeDataset(8),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=init,
+        backend=backend,
+        **THREADS,
+    )
+    events = run_events(iter(loader))
+    assert [kind for kind, _, _ in events] == ["batch", "error", "batch", "error"]
+    for _, error_type, message in events[1::2]:  # its first batch, as a process; and the rest
+        assert error_type is OSError
+        assert "Caught OSError in DataLoader worker thread 1" in message
+        assert "no such shard" in message
+
+
+# 4. Errors and timeouts ----------------------------------------------------------------
+
+
+def outline(events: list[Any]) -> list[Any]:
+    """Events with each error's message cut to its first line (which names the worker, its
+    process called a thread) and its last (the original error): the traceback between them
+    shows where the worker ran, a process's loop or a thread's."""
+
+    def cut(message: str) -> tuple[str, str]:
+        lines = message.strip().splitlines()
+        return re.sub(r"worker process (\d+)", r"worker thread \1", lines[0]), lines[-1]
+
+    return [(kind, error, cut(message)) for kind, error, message in events if kind == "error"]
+
+
+@pytest.mark.parametrize("collate", [False, True])
+def test_errors_name_the_worker_thread_and_the_epoch_goes_on(backend: str, collate: bool) -> None:
+    dataset = FailingDataset(24, frozenset() if collate else frozenset({3, 4, 11}))
+    options: dict[str, Any] = {"batch_size": 2, "num_workers": 2}
+    if collate:
+        options["collate_fn"] = failing_collate(6)
+    reference, loader = processes_and_threads(dataset, backend, **options)
+    expected = run_events(iter(reference))
+    assert any(kind == "error" for kind, _, _ in expected)
+    for _ in range(2):  # and the loader works on, epoch after epoch
+        actual = run_events(iter(loader))
+        assert [kind for kind, _, _ in actual] == [kind for kind, _, _ in expected]
+        assert outline(actual) == outline(expected)
+        assert_same(
+            [batch for kind, batch, _ in actual if kind == "batch"],
+            [batch for kind, batch, _ in expected if kind == "batch"],
+        )
+
+
+class Marker:
+    """Something weakly referenceable to hang on an exception."""
+
+
+def test_the_error_is_raised_without_a_reference_cycle(backend: str) -> None:
+    loader = DataLoaderX(
+        FailingDataset(8, frozenset({0})), batch_size=2, num_workers=2, backend=backend, **THREADS
+    )
+    iterator = iter(loader)
+    gc.collect()
+    gc.disable()  # only reference counting frees anything from here on
+    try:
+        try:
+            next(iterator)
+        except ValueError as error:
+            marker = Marker()
+            error.marker = marker  # type: ignore[attr-defined]
+            alive = weakref.ref(marker)
+            del marker
+        assert alive() is None  # the error was freed with its last reference: no cycle
+    finally:
+        gc.enable()
+        iterator.close()
+
+
+def test_timeout_raises_as_dataloader_does(backend: str) -> None:
+    class Stuck(RangeDataset):
+        def __getitem__(self, index: int) -> torch.Tensor:
+            if index == 2:
+                time.sleep(3)
+            return super().__getitem__(index)
+
+    loader = DataLoaderX(Stuck(8), num_workers=1, timeout=0.3, backend=backend, **THREADS)
+    iterator = iter(loader)
+    assert [int(next(iterator)[0, 0]) for _ in range(2)] == [0, 1]
+    with pytest.raises(RuntimeError, match=re.escape("DataLoader timed out after 0.3 seconds")):
+        next(iterator)
+    iterator.close()
+
+
+# 5. Shutdown ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["break", "close", "error", "collect"])
+def test_worker_threads_stop_when_the_epoch_is_left(backend: str, how: str) -> None:
+    baseline = set(threading.enumerate())
+    fail_at = frozenset({6}) if how == "error" else frozenset()
+    loader = DataLoaderX(
+        FailingDataset(200, fail_at), batch_size=2, num_workers=3, backend=backend, **THREADS
+    )
+    iterator = iter(loader)
+    next(iterator)
+    if how == "close":
+        iterator.close()
+    elif how == "error":
+        with pytest.raises(ValueError, match="bad index 6"):
+            for _batch in iterator:
+                pass
+    elif how == "collect":
+        iterator.cycle = iterator  # type: ignore[attr-defined]
+    del iterator
+    if how == "collect":
+        gc.collect()
+    left, _ = wait_until_clean(baseline, set(), within=5.0)
+    assert left == []
+
+
+def test_a_loader_with_persistent_worker_threads_stops_them_when_collected() -> None:
+    baseline = set(threading.enumerate())
+    loader = DataLoaderX(RangeDataset(8), num_workers=2, persistent_workers=True, **THREADS)
+    assert len(list(loader)) == 8
+    assert len(set(threading.enumerate()) - baseline) >= 2
+    del loader
+    left, _ = wait_until_clean(baseline, set(), within=5.0)
+    assert left == []
+
+
+def test_no_global_generator_is_reseeded_by_worker_threads() -> None:
+    torch.manual_seed(123)
+    random.seed(123)
+    numpy.random.seed(123)
+    states = (torch.get_rng_state(), random.getstate(), numpy.random.get_state()[1].copy())
+    # With a generator of its own, the loader draws its base seed from that one.
+    loader = DataLoaderX(RangeDataset(6), num_workers=2, generator=torch.Generator(), **THREADS)
+    assert len(list(loader)) == 6
+    assert torch.equal(torch.get_rng_state(), states[0])
+    assert random.getstate() == states[1]
+    assert (numpy.random.get_state()[1] == states[2]).all()
+
+
+# 6. Resume -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("iterable", [False, True])
+def test_resume_mid_epoch_with_worker_threads(backend: str, iterable: bool) -> None:
+    def make() -> DataLoaderX[Any]:
+        dataset: Any = Sharded(30) if iterable else RangeDataset(30)
+        options: dict[str, Any] = {} if iterable else {"shuffle": True}
+        return DataLoaderX(
+            dataset,
+            batch_size=3,
+            num_workers=2,
+            generator=torch.Generator().manual_seed(8),
+            backend=backend,
+            **options,
+            **THREADS,
+        )
+
+    whole = [batch.tolist() for batch in make()]
+    loader = make()
+    iterator = iter(loader)
+    head = [next(iterator).tolist() for _ in range(4)]
+    state = loader.state_dict()
+    iterator.close()
+    resumed = make()
+    resumed.load_state_dict(state)
+    if iterable:  # it has no state of its own: the consumed batches are made again, unseen
+        with pytest.warns(UserWarning, match="makes the 4 batches already consumed again"):
+            rest = [batch.tolist() for batch in resumed]
+    else:
+        rest = [batch.tolist() for batch in resumed]
+    assert head + rest == whole
+
+
+# 7. A torch whose DataLoader has worker threads of its own -----------------------------
+
+
+def test_worker_method_is_detected_on_dataloaders_signature() -> None:
+    class Future(DataLoader[Any]):
+        def __init__(self, *args: Any, worker_method: str = "multiprocessing", **kwargs: Any):
+            super().__init__(*args, **kwargs)
+
+    assert not dataloader_takes_worker_method()  # torch 2.13 has none
+    assert dataloader_takes_worker_method(Future)
+
+
+def test_a_dataloader_with_worker_method_is_given_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    given: list[Any] = []
+    original = DataLoader.__init__
+
+    def init(self: DataLoader[Any], *args: Any, worker_method: str, **kwargs: Any) -> None:
+        given.append(worker_method)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DataLoader, "__init__", init)
+    monkeypatch.setattr(loader_module, "_TORCH_WORKER_METHOD", True)
+    loader = DataLoaderX(RangeDataset(4), num_workers=2, backend="sync", **THREADS)
+    assert given == ["thread"]
+    iterator = iter(loader)
+    assert not isinstance(iterator._inner, ThreadWorkersIterator)  # DataLoader's own, here
+    assert len(list(iterator)) == 4
