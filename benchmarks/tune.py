@@ -25,8 +25,8 @@ import torch
 from torch.utils.data import Dataset
 
 from dataloaderx.bench import workload as embedded
-from dataloaderx.bench.tune.grid import Grid, Setting, usable_cores, worker_counts
-from dataloaderx.bench.tune.measure import Workload, accelerator, measure
+from dataloaderx.bench.tune.grid import Grid, Setting
+from dataloaderx.bench.tune.measure import Workload, measure
 from dataloaderx.bench.tune.tuner import TuneConfig, run_tune
 from dataloaderx.registry import available_backends
 
@@ -74,16 +74,16 @@ def main() -> None:
     args = arguments.parse_args()
     bench.print_machine()
     backends = tuple(available_backends())
-    pins = (False, True) if accelerator() is not None else (False,)
-    grid = Grid(tuple(worker_counts(usable_cores())), backends, pins)
     rows = []
     for name in args.workload or list(WORKLOADS):
         work = WORKLOADS[name]
+        config = TuneConfig(work, backends, budget_seconds=args.budget)
+        grid = config.grid()  # the grid --tune sweeps
         start = perf_counter()
         medians = exhaustive(grid, work, args.rounds)
         exhaustive_seconds = perf_counter() - start
         start = perf_counter()
-        tuned = run_tune(TuneConfig(work, backends, budget_seconds=args.budget), progress=False)
+        tuned = run_tune(config, progress=False)
         tune_seconds = perf_counter() - start
         best = max(medians, key=medians.__getitem__)
         pick = tuned.answer().best

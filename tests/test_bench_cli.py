@@ -9,7 +9,19 @@ import sys
 import pytest
 
 from dataloaderx.bench.errors import BenchError
+from dataloaderx.bench.loading import load_dataset
+from dataloaderx.bench.report import as_json, as_table
+from dataloaderx.bench.runner import (
+    BASELINE,
+    BenchConfig,
+    BenchResult,
+    Contestant,
+    RunResult,
+    run_bench,
+)
 from dataloaderx.cli import main
+from dataloaderx.workers.method import MULTIPROCESSING, THREAD
+from tests import bench_fixtures
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,6 +61,69 @@ def test_default_workload_prints_a_table(capsys: pytest.CaptureFixture[str]) -> 
     assert any(line.startswith(("thread ran prefetch (", "thread ran inline (")) for line in lines)
     assert lines[-1].startswith(("use DataLoaderX", "keep DataLoader", "no backend helps"))
     assert any("depth min/med/max" in line and "held MiB" in line for line in lines)
+    header = next(line for line in lines if line.startswith("loader "))
+    assert header.split()[:3] == ["loader", "epoch", "s"]  # no workers: no worker column
+    assert not any("(threads)" in line or "worker_method" in line for line in lines)
+
+
+def test_with_workers_each_backend_runs_with_processes_and_with_threads() -> None:
+    config = BenchConfig(
+        dataset=load_dataset("tests.bench_fixtures:tiny"),
+        step=bench_fixtures.noop,
+        batch_size=4,
+        num_workers=2,
+        batches=2,
+        backends=("thread", "sync"),
+        rounds=1,
+    )
+    result = run_bench(config, progress=False)
+    document = json.loads(as_json(result))
+    rows = [(row["loader"], row["worker_method"]) for row in document["results"]]
+    assert rows == [
+        (BASELINE, MULTIPROCESSING),  # DataLoader has worker processes only
+        ("thread", MULTIPROCESSING),
+        ("thread", THREAD),
+        ("sync", MULTIPROCESSING),
+        ("sync", THREAD),
+    ]
+    assert all(row["batches"] == 2 for row in document["results"])
+    assert document["results"][0]["speedup_vs_dataloader"] == 1.0
+    best = (document["best"], document["best_worker_method"])
+    assert best in rows
+    lines = as_table(result).splitlines()
+    assert lines[2].split()[:2] == ["loader", "workers"]
+    cells = [line.split()[:3] for line in lines[4:9]]
+    assert cells == [
+        [BASELINE, "2", "processes"],
+        ["thread", "2", "processes"],
+        ["thread", "2", "threads"],
+        ["sync", "2", "processes"],
+        ["sync", "2", "threads"],
+    ]
+    assert any(line.startswith("thread (threads) ran ") for line in lines)
+    assert any(line.startswith("thread (processes) ran ") for line in lines)
+
+
+def made_bench(seconds: dict[Contestant, float]) -> BenchResult:
+    """A comparison whose runs took ``seconds`` (no stats), without running anything."""
+    config = BenchConfig(bench_fixtures.tiny(), bench_fixtures.noop, 4, 2, 10, ("thread",))
+    runs = {who: [RunResult(who.label, time, 10, 0.0, 0.01)] for who, time in seconds.items()}
+    return BenchResult(config, runs)
+
+
+def test_the_recommendation_names_worker_threads_when_they_win() -> None:
+    baseline = Contestant(BASELINE, 2)
+    processes, threads = Contestant("thread", 2), Contestant("thread", 2, THREAD)
+    result = made_bench({baseline: 2.0, processes: 1.5, threads: 1.0})
+    assert result.recommendation() == (
+        "use DataLoaderX(backend='thread', worker_method='thread'): 2.00x DataLoader's throughput"
+    )
+    assert threads.label == "thread (threads)"
+    assert json.loads(as_json(result))["best_worker_method"] == THREAD
+    processes_win = made_bench({baseline: 2.0, processes: 1.0, threads: 1.5})
+    assert processes_win.recommendation() == (
+        "use DataLoaderX(backend='thread'): 2.00x DataLoader's throughput"
+    )
 
 
 def test_depth_and_max_bytes_reach_every_backend_that_takes_them(
@@ -121,10 +196,15 @@ def test_bad_numbers_are_rejected_by_the_parser(
     assert "expected " in capsys.readouterr().err
 
 
-def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_plot_writes_a_png(
+    capsys: pytest.CaptureFixture[str], tmp_path: object, workers: str
+) -> None:
     pytest.importorskip("matplotlib")
     target = f"{tmp_path}/bench.png"
-    code, _, err = run_cli(capsys, *TINY, *FAST, "--backends", "thread", "--plot", target)
+    code, _, err = run_cli(
+        capsys, *TINY, *FAST, "--backends", "thread", "--num-workers", workers, "--plot", target
+    )
     assert code == 0, err
     with open(target, "rb") as file:
         assert file.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +20,11 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from dataloaderx import DataLoaderX
+from dataloaderx.bench.plot import pyplot
 from dataloaderx.bench.runner import BASELINE
+from dataloaderx.bench.tune import plot as tune_plot
 from dataloaderx.bench.tune import report
-from dataloaderx.bench.tune.grid import Grid, Setting, worker_counts
+from dataloaderx.bench.tune.grid import Grid, Setting, thread_counts, worker_counts
 from dataloaderx.bench.tune.measure import (
     CACHED_BATCHES,
     Ceiling,
@@ -32,11 +36,14 @@ from dataloaderx.bench.tune.memory import PeakMemory
 from dataloaderx.bench.tune.sweep import KEEP_SHARE, Budget, SweepResult, run_sweep
 from dataloaderx.bench.tune.tuner import TuneConfig, TuneResult, as_code, as_yaml, run_tune
 from dataloaderx.cli import main
+from dataloaderx.workers.method import MULTIPROCESSING, THREAD
 from tests.helpers import RangeDataset
 
 pytestmark = pytest.mark.timeout(120)
 
 GRID = Grid(worker_counts=(0, 1, 2, 4, 8, 16), backends=("sync", "thread"))
+#: Worker processes up to 8 cores, worker threads up to twice that.
+LADDERS = Grid((0, 1, 2, 4, 8), ("sync", "thread"), thread_counts=(0, 1, 2, 4, 8, 16))
 OWN = Setting(0, BASELINE)
 
 
@@ -108,17 +115,70 @@ def test_the_answer_is_the_best_measured_setting() -> None:
 def test_worker_counts_stop_growing_once_two_more_workers_do_not_help() -> None:
     result, _ = sweep(best_at_four_threads)
     # 8 workers (4 more than the best, 4) are slower: 16 is never tried.
-    assert result.worker_counts == (0, 1, 2, 4, 8)
+    assert result.worker_counts == {MULTIPROCESSING: (0, 1, 2, 4, 8)}
     assert "num_workers=8 was no faster than num_workers=4" in result.cut_short
     assert {s.num_workers for s in result.runs} == {0, 1, 2, 4, 8}
 
     flat_after_one, _ = sweep(lambda s: 10.0 + min(s.num_workers, 1))
-    assert flat_after_one.worker_counts == (0, 1, 2, 4)  # 2 is not two more than 1
+    assert flat_after_one.worker_counts[MULTIPROCESSING] == (0, 1, 2, 4)  # 2 is not 1 + 2
 
 
 def test_a_flat_grid_keeps_growing_while_the_workers_count_is_within_two() -> None:
     result, _ = sweep(lambda s: 10.0)
-    assert result.worker_counts == (0, 1, 2)
+    assert result.worker_counts == {MULTIPROCESSING: (0, 1, 2)}
+    assert "num_workers=2 was no faster" in result.cut_short  # 4, 8 and 16 left untried
+    at_the_top, _ = sweep(lambda s: 10.0, grid=Grid((0, 1, 2), ("sync",), thread_counts=(0, 2)))
+    assert at_the_top.cut_short == ""  # no larger count was left to try
+
+
+def threads_pay(setting: Setting) -> float:
+    """Worker processes pay nothing; each worker thread adds 5 batches/s (I/O-bound items)."""
+    return 10.0 + 5 * setting.num_workers * (setting.worker_method == THREAD)
+
+
+def processes_pay(setting: Setting) -> float:
+    """The other way round: threads lose to no workers at all, processes gain."""
+    if setting.worker_method == THREAD:
+        return 8.0
+    return 10.0 + 5 * setting.num_workers * (setting.loader != BASELINE)
+
+
+def test_threads_climb_past_the_cores_when_processes_stop_paying() -> None:
+    result, _ = sweep(threads_pay, grid=LADDERS)
+    assert result.worker_counts == {MULTIPROCESSING: (0, 1, 2), THREAD: (0, 1, 2, 4, 8, 16)}
+    assert result.cut_short == (
+        "worker processes: num_workers=2 was no faster than num_workers=0: larger counts not tried"
+    )
+    best = result.ranked()[0]
+    assert (best.num_workers, best.worker_method) == (16, THREAD)
+    assert {s.worker_method for s in result.runs if s.num_workers > 2} == {THREAD}
+
+
+def test_processes_climb_when_threads_stop_paying() -> None:
+    result, _ = sweep(processes_pay, grid=LADDERS)
+    assert result.worker_counts == {MULTIPROCESSING: (0, 1, 2, 4, 8), THREAD: (0, 1, 2)}
+    assert "worker threads: num_workers=2 was no faster than num_workers=0" in result.cut_short
+    assert "worker processes" not in result.cut_short
+    best = result.ranked()[0]
+    assert (best.num_workers, best.worker_method) == (8, MULTIPROCESSING)
+
+
+def test_the_first_round_goes_count_by_count_processes_first_each_setting_once() -> None:
+    order: list[Setting] = []
+    clock = FakeClock()
+    measure = fake_measure(clock, lambda setting: 10.0 + setting.num_workers)
+
+    def recording(setting: Setting) -> Measurement:
+        order.append(setting)
+        return measure(setting)
+
+    result = run_sweep(LADDERS, OWN, recording, budget=Budget(1000.0, clock), progress=Quiet())
+    first = order[: len(result.runs)]
+    assert first == list(result.runs)  # every setting once, then the rounds
+    assert first == LADDERS.all_settings()
+    steps = [(s.num_workers, s.worker_method == THREAD) for s in first]
+    assert steps == sorted(steps)
+    assert not [s for s in first if s.num_workers == 0 and s.worker_method == THREAD]
 
 
 @settings(max_examples=60, deadline=None)
@@ -146,9 +206,9 @@ def test_pruning_never_drops_the_measured_leader(data: st.DataObject) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.floats(min_value=0.5, max_value=300.0))
-def test_the_budget_is_respected(budget: float) -> None:
-    result, clock = sweep(best_at_four_threads, budget=budget)
+@given(st.floats(min_value=0.5, max_value=300.0), st.sampled_from([GRID, LADDERS]))
+def test_the_budget_is_respected(budget: float, grid: Grid) -> None:
+    result, clock = sweep(best_at_four_threads, budget=budget, grid=grid)
     # The first run always goes ahead (an answer needs one); no other run ends past the budget.
     assert clock.now <= max(budget, 1.0)
     assert result.seconds == clock.now
@@ -190,6 +250,49 @@ def test_worker_counts_double_up_to_the_cores() -> None:
     assert worker_counts(16, include=3) == [0, 1, 2, 3, 4, 8, 16]
 
 
+def test_thread_counts_double_up_to_twice_the_cores() -> None:
+    assert thread_counts(1) == [0, 1, 2]
+    assert thread_counts(2) == [0, 1, 2, 4]
+    assert thread_counts(6) == [0, 1, 2, 4, 8, 12]
+    assert thread_counts(2, include=3) == [0, 1, 2, 3, 4]
+
+
+def test_the_grid_tries_threads_with_workers_only_and_past_the_cores_for_threads_only() -> None:
+    config = TuneConfig(Workload(RangeDataset(8), print, 4, 2), ("sync", "thread"), cores=2)
+    grid = config.grid()
+    assert grid.ladders() == {MULTIPROCESSING: (0, 1, 2), THREAD: (0, 1, 2, 4)}
+    every = grid.all_settings()
+    threads = [s for s in every if s.worker_method == THREAD]
+    processes = [s for s in every if s.worker_method == MULTIPROCESSING]
+    assert {s.num_workers for s in threads} == {1, 2, 4}  # past the 2 cores
+    assert {s.num_workers for s in processes} == {0, 1, 2}  # at most the cores
+    assert BASELINE not in {s.loader for s in threads}
+    assert grid.settings(2, THREAD) == [
+        Setting(2, "sync", worker_method=THREAD),
+        Setting(2, "thread", 2, worker_method=THREAD),
+        Setting(2, "thread", "auto", worker_method=THREAD),
+    ]
+    # No workers, no worker method: the same settings, run once.
+    assert grid.settings(0, THREAD) == grid.settings(0)
+    assert len(every) == len(set(every))
+    own = TuneConfig(config.workload, ("sync",), num_workers=3, cores=2).grid()
+    assert own.ladders() == {MULTIPROCESSING: (0, 1, 2, 3), THREAD: (0, 1, 2, 3, 4)}
+
+
+def test_a_setting_names_its_worker_method_in_label_and_kwargs() -> None:
+    threads = Setting(2, "thread", "auto", worker_method=THREAD)
+    assert threads.label == "thread workers=2 (threads) depth=auto"
+    assert Setting(2, "thread", "auto").label == "thread workers=2 depth=auto"
+    assert threads.loader_kwargs(4)["worker_method"] == "thread"
+    assert "worker_method" not in Setting(2, "thread", "auto").loader_kwargs(4)
+    assert 'worker_method="thread"' in as_code(threads, 4)
+    assert yaml.safe_load(as_yaml(threads, 4))["worker_method"] == "thread"
+    with pytest.raises(ValueError, match="DataLoader has worker processes only"):
+        Setting(2, BASELINE, worker_method=THREAD)
+    with pytest.raises(ValueError, match="must be one of 'multiprocessing', 'thread', got 'th'"):
+        Setting(2, "sync", worker_method="th")
+
+
 def test_grid_tries_both_depths_only_where_a_backend_takes_one() -> None:
     settings_ = GRID.settings(2)
     assert settings_ == [
@@ -202,19 +305,49 @@ def test_grid_tries_both_depths_only_where_a_backend_takes_one() -> None:
     assert [s.pin_memory for s in pinned] == [False, False, True, True]
 
 
+class WhereMade(Dataset[tuple[int, int]]):
+    """Item ``i`` is the process and the thread that made it."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        return os.getpid(), threading.get_ident()
+
+
+def made_in(loader: DataLoader[Any]) -> set[str]:
+    """Where the loader's items were made: "this thread", "a thread" or "a process"."""
+    places = set()
+    for pids, threads in loader:
+        for pid, thread in zip(pids.tolist(), threads.tolist(), strict=True):
+            if pid != os.getpid():
+                places.add("a process")
+            else:
+                places.add("this thread" if thread == threading.get_ident() else "a thread")
+    return places
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator")
 @pytest.mark.parametrize(
     "setting",
-    [Setting(2, "thread", "auto"), Setting(1, "sync"), Setting(2, BASELINE, pin_memory=True)],
+    [
+        Setting(2, "thread", "auto"),
+        Setting(1, "sync"),
+        Setting(2, BASELINE, pin_memory=True),
+        Setting(2, "sync", worker_method=THREAD),
+    ],
     ids=lambda s: s.label,
 )
 def test_the_code_and_the_yaml_build_the_recommended_loader(setting: Setting) -> None:
-    dataset = RangeDataset(8)
+    dataset = WhereMade()
     code = as_code(setting, 4)
     loader = eval(code, {"DataLoader": DataLoader, "DataLoaderX": DataLoaderX, "dataset": dataset})
     assert (loader.batch_size, loader.num_workers) == (4, setting.num_workers)
     assert loader.pin_memory == setting.pin_memory
     from_yaml = DataLoaderX.from_config(dataset, yaml.safe_load(as_yaml(setting, 4)))
     assert (from_yaml.batch_size, from_yaml.num_workers) == (4, setting.num_workers)
+    workers = {MULTIPROCESSING: "a process", THREAD: "a thread"}[setting.worker_method]
+    assert made_in(loader) == made_in(from_yaml) == {workers}
     if setting.loader == BASELINE:
         assert type(loader) is DataLoader
         assert from_yaml.prefetch_backend.name == "sync"
@@ -262,6 +395,73 @@ def test_close_settings_are_called_within_noise() -> None:
     assert any("too few to tell from noise" in line for line in report.verdict(single))
 
 
+def test_the_answer_reads_well_when_worker_threads_win() -> None:
+    threads, processes = Setting(4, "thread", 2, worker_method=THREAD), Setting(2, "thread", 2)
+    sweep = SweepResult(
+        runs={
+            OWN: [Measurement(10, 20.0, 0.02, 0.0, 300 * 2**20)],
+            threads: [Measurement(10, r, 0.02, 0.0, 310 * 2**20) for r in (48.0, 49.0)],
+            processes: [Measurement(10, r, 0.02, 0.0, 420 * 2**20) for r in (44.0, 45.0)],
+        },
+        leaders=(threads, processes),
+        worker_counts={MULTIPROCESSING: (0, 1, 2), THREAD: (0, 1, 2, 4)},
+    )
+    config = TuneConfig(Workload(RangeDataset(8), print, 4, 2), ("thread",), num_workers=0)
+    result = TuneResult(config, config.grid(), Ceiling(50.0, 0.020, 10), sweep, OWN)
+    table = report.as_table(result)
+    assert "num_workers tried: 0, 1, 2 (processes); 0, 1, 2, 4 (threads)" in table
+    rows = [line.split() for line in table.splitlines() if line.startswith("thread ")]
+    assert [row[1:3] for row in rows] == [["4", "threads"], ["2", "processes"]]
+    assert (
+        '    DataLoaderX(dataset, batch_size=4, num_workers=4, worker_method="thread", '
+        'backend="thread", backend_options={"depth": 2})'
+    ) in table.splitlines()
+    assert "    worker_method: thread" in table.splitlines()
+    assert "runner-up: thread workers=2 depth=2, 9.0% slower (their runs spread 2.2%)" in table
+    assert "peak memory: 310 MiB with it, 420 MiB with the runner-up" in table
+    document = json.loads(report.as_json(result))
+    assert [row["worker_method"] for row in document["results"]] == [
+        THREAD,
+        MULTIPROCESSING,
+        MULTIPROCESSING,
+    ]
+    assert document["recommendation"]["worker_method"] == THREAD
+    assert document["recommendation"]["peak_bytes"] == 310 * 2**20
+    assert document["sweep"]["worker_counts"] == {
+        "multiprocessing": [0, 1, 2],
+        "thread": [0, 1, 2, 4],
+    }
+
+
+def test_the_plot_has_a_line_per_worker_method_and_whole_number_ticks() -> None:
+    pytest.importorskip("matplotlib")
+    runs = {
+        OWN: [(20.0, 0.02)],
+        Setting(0, "thread", 2): [(30.0, 0.02)],
+        Setting(1, "thread", 2): [(35.0, 0.02)],
+        Setting(2, BASELINE): [(33.0, 0.02)],
+        Setting(2, "thread", 2): [(36.0, 0.02)],
+        Setting(1, "thread", 2, worker_method=THREAD): [(40.0, 0.02)],
+        Setting(4, "thread", 2, worker_method=THREAD): [(45.0, 0.02)],
+    }
+    plt = pyplot()
+    figure = tune_plot.draw(made_result(runs), plt)
+    try:
+        axis = figure.axes[0]
+        figure.canvas.draw()
+        assert list(axis.get_xticks()) == [0, 1, 2, 4]
+        assert [label.get_text() for label in axis.get_xticklabels()] == ["0", "1", "2", "4"]
+        lines = {line.get_label(): list(line.get_xdata()) for line in axis.get_lines()}
+        assert lines == {
+            "DataLoader (processes)": [0, 2],
+            "thread (processes)": [0, 1, 2],
+            "thread (threads)": [0, 1, 4],  # starts where every line starts: no workers
+            "ceiling": [0, 1],
+        }
+    finally:
+        plt.close(figure)
+
+
 # The ceiling and memory ----------------------------------------------------------------
 
 
@@ -307,6 +507,32 @@ def test_peak_memory_counts_the_worker_processes() -> None:
     assert with_child.peak_bytes - alone.peak_bytes > 150 * 2**20
 
 
+def test_peak_memory_counts_the_worker_threads() -> None:
+    pytest.importorskip("psutil")
+    with PeakMemory() as alone:
+        time.sleep(0.2)
+    ready, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        block = bytearray(200 * 2**20)
+        ready.set()
+        done.wait(30)
+        del block
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    try:
+        assert ready.wait(30)
+        with PeakMemory() as with_thread:
+            time.sleep(0.2)
+    finally:
+        done.set()
+        worker.join(30)
+    assert alone.peak_bytes is not None
+    assert with_thread.peak_bytes is not None
+    assert with_thread.peak_bytes - alone.peak_bytes > 150 * 2**20
+
+
 # A real sweep on a small workload ------------------------------------------------------
 
 
@@ -336,6 +562,8 @@ def real_tune(budget: float = 4.0) -> TuneResult:
 
 def test_a_real_sweep_recommends_its_best_measured_row() -> None:
     result = real_tune()
+    assert result.sweep.worker_counts[THREAD][:2] == (0, 1)  # threads ran, 1 core or not
+    assert any(s.worker_method == THREAD for s in result.sweep.runs)
     answer = result.answer()
     assert answer.best == result.sweep.ranked()[0]
     assert result.rate(answer.best) == max(result.rate(s) for s in result.sweep.leaders)

@@ -99,7 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="training step FN(batch) to time (default: a 20 ms GIL-releasing wait)",
     )
     parser.add_argument("--batch-size", type=_positive_int, default=workload.DEFAULT_BATCH_SIZE)
-    parser.add_argument("--num-workers", type=_non_negative_int, default=0)
+    parser.add_argument(
+        "--num-workers",
+        type=_non_negative_int,
+        default=0,
+        help="your num_workers (default 0); above 0, each backend runs with worker processes "
+        "and with worker threads (worker_method='thread')",
+    )
     parser.add_argument(
         "--batches",
         type=_positive_int,
@@ -129,8 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tune",
         action="store_true",
-        help="sweep num_workers, backends, depth (and pin_memory with an accelerator) within "
-        "--budget and print the best setting as code",
+        help="sweep num_workers with worker processes and threads, backends, depth (and "
+        "pin_memory with an accelerator) within --budget and print the best setting as code",
     )
     parser.add_argument(
         "--budget",

@@ -29,25 +29,31 @@ def save_plot(result: BenchResult, path: str | os.PathLike[str]) -> None:
     """Write a PNG with batches/s per loader and, per backend, when batches were made
     (producer) and when the training loop waited for one (consumer)."""
     plt = pyplot()
-    traced = [name for name in result.runs if trace_of(result.typical(name))]
+    traced = [each for each in result.runs if trace_of(result.typical(each))]
     figure, axes = plt.subplots(
-        1 + len(traced), 1, figsize=(9, 3 + 1.4 * len(traced)), squeeze=False
+        1 + len(traced),
+        1,
+        figsize=(9, 3 + 1.4 * len(traced)),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [2, *[1] * len(traced)]},
     )
-    names = list(result.runs)
-    rates = [result.typical(n).batches / result.median_seconds(n) for n in names]
+    everyone = list(result.runs)
+    rates = [result.typical(c).batches / result.median_seconds(c) for c in everyone]
     bars = axes[0][0]
-    bars.bar(names, rates, color="tab:blue")
+    bars.bar([c.label for c in everyone], rates, color="tab:blue")
     bars.set_ylabel("batches/s")
     bars.set_title("Throughput (median of rounds)")
-    for row, name in enumerate(traced, start=1):
+    if any(c.num_workers for c in everyone):  # labels with "(processes)" are long
+        bars.tick_params(axis="x", labelrotation=20)
+    for row, contestant in enumerate(traced, start=1):
         axis = axes[row][0]
-        events = trace_of(result.typical(name))
+        events = trace_of(result.typical(contestant))
         origin = min(start for _, start, _ in events)
         for lane, kind, color in ((1, "produce", "tab:green"), (0, "wait", "tab:red")):
             spans = [(s - origin, e - s) for k, s, e in events if k == kind]
             axis.broken_barh(spans, (lane - 0.4, 0.8), color=color)
         axis.set_yticks([0, 1], ["loop waits", "producer"])
-        axis.set_title(f"{name}: timeline")
+        axis.set_title(f"{contestant.label}: timeline")
         axis.set_xlabel("seconds")
     save_figure(plt, figure, path)
 

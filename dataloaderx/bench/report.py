@@ -6,12 +6,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from dataloaderx.bench.runner import BenchResult
+from dataloaderx.bench.runner import BenchResult, workers_text
 
-__all__ = ["as_json", "as_table", "fixed_width"]
+__all__ = ["as_json", "as_table", "fixed_width", "without_column"]
 
 _COLUMNS = (
     "loader",
+    "workers",
     "epoch s",
     "batches/s",
     "vs DataLoader",
@@ -34,18 +35,30 @@ def fixed_width(columns: Sequence[str], body: Sequence[Sequence[str]]) -> list[s
     return lines
 
 
+def without_column(
+    columns: tuple[str, ...], body: list[tuple[str, ...]], name: str
+) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """``columns`` and ``body`` with the column ``name`` left out."""
+    index = columns.index(name)
+    return columns[:index] + columns[index + 1 :], [
+        cells[:index] + cells[index + 1 :] for cells in body
+    ]
+
+
 def _rows(result: BenchResult) -> list[dict[str, Any]]:
     rows = []
-    for name in result.runs:
-        run = result.typical(name)
-        seconds = result.median_seconds(name)
+    for contestant in result.runs:
+        run = result.typical(contestant)
+        seconds = result.median_seconds(contestant)
         rows.append(
             {
-                "loader": name,
+                "loader": contestant.loader,
+                "worker_method": contestant.worker_method,
+                "label": contestant.label,
                 "epoch_seconds": seconds,
                 "batches": run.batches,
                 "batches_per_second": run.batches / seconds if seconds > 0 else 0.0,
-                "speedup_vs_dataloader": result.speedup(name),
+                "speedup_vs_dataloader": result.speedup(contestant),
                 "stall_percent": 100 * run.wait_fraction,
                 "first_batch_ms": 1000 * run.first_batch_seconds,
                 "summary": None if run.stats is None else run.stats.summary(),
@@ -54,7 +67,7 @@ def _rows(result: BenchResult) -> list[dict[str, Any]]:
                 "depth_max": None if run.stats is None else run.stats.depth_max,
                 "peak_bytes_held": None if run.stats is None else run.stats.peak_bytes,
                 "mode": None if run.stats is None else run.stats.mode,
-                "runs_seconds": [r.seconds for r in result.runs[name]],
+                "runs_seconds": [r.seconds for r in result.runs[contestant]],
             }
         )
     return rows
@@ -67,10 +80,13 @@ def _depths(row: dict[str, Any]) -> str:
 
 
 def as_table(result: BenchResult) -> str:
-    """A fixed-width table with one row per contestant, then the recommendation."""
-    body = [
+    """A fixed-width table with one row per contestant, then the recommendation; the
+    ``workers`` column (processes or threads) only where there are workers."""
+    columns: tuple[str, ...] = _COLUMNS
+    body: list[tuple[str, ...]] = [
         (
             row["loader"],
+            workers_text(result.config.num_workers, row["worker_method"]),
             f"{row['epoch_seconds']:.3f}",
             f"{row['batches_per_second']:.1f}",
             f"{row['speedup_vs_dataloader']:.2f}x",
@@ -81,8 +97,10 @@ def as_table(result: BenchResult) -> str:
         )
         for row in _rows(result)
     ]
-    lines = fixed_width(_COLUMNS, body)
     config = result.config
+    if config.num_workers == 0:
+        columns, body = without_column(columns, body, "workers")
+    lines = fixed_width(columns, body)
     header = (
         f"batch_size={config.batch_size} num_workers={config.num_workers} "
         f"batches={config.batches} rounds={config.rounds} (median of rounds)"
@@ -90,13 +108,14 @@ def as_table(result: BenchResult) -> str:
     for option in ("depth", "max_bytes"):
         if getattr(config, option) is not None:
             header += f" {option}={getattr(config, option)!r}"
-    modes = [f"{row['loader']} ran {row['mode']}" for row in _rows(result) if row["mode"]]
+    modes = [f"{row['label']} ran {row['mode']}" for row in _rows(result) if row["mode"]]
     return "\n".join([header, "", *lines, "", *modes, result.recommendation()])
 
 
 def as_json(result: BenchResult) -> str:
     """The same figures as :func:`as_table`, machine-readable."""
     config = result.config
+    best = result.best()
     document = {
         "config": {
             "batch_size": config.batch_size,
@@ -108,7 +127,8 @@ def as_json(result: BenchResult) -> str:
             "max_bytes": config.max_bytes,
         },
         "results": _rows(result),
-        "best": result.best(),
+        "best": best.loader,
+        "best_worker_method": best.worker_method,
         "recommendation": result.recommendation(),
     }
     return json.dumps(document, indent=2)

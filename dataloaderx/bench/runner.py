@@ -1,4 +1,8 @@
-"""Run the same workload through ``DataLoader`` and each backend, alternating runs."""
+"""Run the same workload through ``DataLoader`` and each backend, alternating runs.
+
+With ``num_workers > 0`` each backend runs twice, with worker processes and with worker
+threads (``worker_method="thread"``); ``DataLoader`` has worker processes only.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +20,20 @@ from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
 from dataloaderx.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEvent
+from dataloaderx.workers.method import MULTIPROCESSING, THREAD
 
 __all__ = [
     "BASELINE",
+    "WORKER_NAMES",
     "BenchConfig",
     "BenchResult",
+    "Contestant",
     "RunResult",
     "buffer_advice",
     "close_iterator",
     "run_bench",
+    "worker_methods",
+    "workers_text",
 ]
 
 #: Name of the plain ``torch.utils.data.DataLoader`` contestant.
@@ -34,6 +43,42 @@ MAX_BYTES_HINT: Final = 256 * 1024**2
 _MIB: Final = 1024**2
 #: The ``depth`` prefetching backends use when none is given.
 DEFAULT_DEPTH: Final = 2
+#: How labels and tables name each worker method.
+WORKER_NAMES: Final = {MULTIPROCESSING: "processes", THREAD: "threads"}
+_ONE_WORKER: Final = {MULTIPROCESSING: "process", THREAD: "thread"}
+
+
+def workers_text(num_workers: int, worker_method: str) -> str:
+    """``"0"``, ``"1 thread"``, ``"2 processes"``: a table's cell."""
+    if num_workers == 0:
+        return "0"
+    names = _ONE_WORKER if num_workers == 1 else WORKER_NAMES
+    return f"{num_workers} {names[worker_method]}"
+
+
+def worker_methods(loader: str, num_workers: int) -> tuple[str, ...]:
+    """The worker methods ``loader`` is tried with: processes, and threads for a
+    ``DataLoaderX`` backend with workers (``DataLoader`` has no worker threads; without
+    workers the method changes nothing)."""
+    if loader == BASELINE or num_workers == 0:
+        return (MULTIPROCESSING,)
+    return (MULTIPROCESSING, THREAD)
+
+
+@dataclass(frozen=True)
+class Contestant:
+    """One row of the comparison: ``DataLoader`` or a backend, with its worker method."""
+
+    loader: str
+    num_workers: int
+    worker_method: str = MULTIPROCESSING
+
+    @property
+    def label(self) -> str:
+        """``loader``, with the worker method in brackets where there are workers."""
+        if self.num_workers == 0:
+            return self.loader
+        return f"{self.loader} ({WORKER_NAMES[self.worker_method]})"
 
 
 @dataclass(frozen=True)
@@ -71,33 +116,39 @@ class RunResult:
 
 @dataclass(frozen=True)
 class BenchResult:
-    """Every run, grouped by contestant in the order they were run."""
+    """Every run, grouped by contestant in the order they were run (``DataLoader`` first)."""
 
     config: BenchConfig
-    runs: dict[str, list[RunResult]]
+    runs: dict[Contestant, list[RunResult]]
 
-    def median_seconds(self, name: str) -> float:
-        """Median epoch time of ``name``."""
-        return statistics.median(run.seconds for run in self.runs[name])
+    @property
+    def baseline(self) -> Contestant:
+        """The ``DataLoader`` contestant."""
+        return Contestant(BASELINE, self.config.num_workers)
 
-    def typical(self, name: str) -> RunResult:
-        """The run of ``name`` whose time is the median (the lower one for an even count)."""
-        ordered = sorted(self.runs[name], key=lambda run: run.seconds)
+    def median_seconds(self, contestant: Contestant) -> float:
+        """Median epoch time of ``contestant``."""
+        return statistics.median(run.seconds for run in self.runs[contestant])
+
+    def typical(self, contestant: Contestant) -> RunResult:
+        """The run of ``contestant`` whose time is the median (the lower one for an even
+        count)."""
+        ordered = sorted(self.runs[contestant], key=lambda run: run.seconds)
         return ordered[(len(ordered) - 1) // 2]
 
-    def speedup(self, name: str) -> float:
-        """``DataLoader``'s median time divided by ``name``'s."""
-        return self.median_seconds(BASELINE) / self.median_seconds(name)
+    def speedup(self, contestant: Contestant) -> float:
+        """``DataLoader``'s median time divided by ``contestant``'s."""
+        return self.median_seconds(self.baseline) / self.median_seconds(contestant)
 
-    def best(self) -> str:
+    def best(self) -> Contestant:
         """The contestant with the lowest median time."""
         return min(self.runs, key=self.median_seconds)
 
     def recommendation(self) -> str:
-        """One line: which backend to use, and what limits the loop."""
+        """One line: which backend (and worker method) to use, and what limits the loop."""
         best = self.best()
-        if best == BASELINE or self.speedup(best) < 1.05:
-            typical = self.typical(BASELINE)
+        if best.loader == BASELINE or self.speedup(best) < 1.05:
+            typical = self.typical(self.baseline)
             if typical.wait_fraction < INPUT_BOUND_FRACTION:
                 return "keep DataLoader: the loop is compute-bound, no backend makes it faster"
             return (
@@ -105,9 +156,10 @@ class BenchResult:
                 f"compete for the CPU; try num_workers>={max(2, 2 * self.config.num_workers)}"
             )
         run = self.typical(best)
-        line = (
-            f"use DataLoaderX(backend={best!r}): {self.speedup(best):.2f}x DataLoader's throughput"
-        )
+        arguments = f"backend={best.loader!r}"
+        if best.worker_method == THREAD:
+            arguments += f", worker_method={THREAD!r}"
+        line = f"use DataLoaderX({arguments}): {self.speedup(best):.2f}x DataLoader's throughput"
         if run.stats is not None:
             line += f"; with it, {run.stats.summary()}"
             advice = buffer_advice(run.stats)
@@ -146,17 +198,19 @@ def buffer_advice(stats: LoaderStats) -> str:
     return "; ".join(parts)
 
 
-def _make_loader(name: str, config: BenchConfig) -> DataLoader[Any]:
+def _make_loader(contestant: Contestant, config: BenchConfig) -> DataLoader[Any]:
     common: dict[str, Any] = {"batch_size": config.batch_size, "num_workers": config.num_workers}
-    if name == BASELINE:
+    if contestant.loader == BASELINE:
         return DataLoader(config.dataset, **common)
+    if contestant.worker_method == THREAD:
+        common["worker_method"] = THREAD
     options: dict[str, Any] = {"stats": "trace"}
-    accepted = backend_option_names(get_backend(name)) or []
+    accepted = backend_option_names(get_backend(contestant.loader)) or []
     for option in ("depth", "max_bytes"):
         value = getattr(config, option)
         if value is not None and option in accepted:
             options[option] = value
-    return DataLoaderX(config.dataset, backend=name, backend_options=options, **common)
+    return DataLoaderX(config.dataset, backend=contestant.loader, backend_options=options, **common)
 
 
 def close_iterator(iterator: Iterator[Any]) -> None:
@@ -167,9 +221,9 @@ def close_iterator(iterator: Iterator[Any]) -> None:
         close()
 
 
-def run_once(name: str, config: BenchConfig, progress: Progress) -> RunResult:
-    """Run ``config.batches`` batches (or the whole epoch if shorter) of ``name``."""
-    loader = _make_loader(name, config)
+def run_once(contestant: Contestant, config: BenchConfig, progress: Progress) -> RunResult:
+    """Run ``config.batches`` batches (or the whole epoch if shorter) of ``contestant``."""
+    loader = _make_loader(contestant, config)
     waited = 0.0
     first = 0.0
     count = 0
@@ -193,24 +247,28 @@ def run_once(name: str, config: BenchConfig, progress: Progress) -> RunResult:
         close_iterator(iterator)
     seconds = perf_counter() - start
     stats = loader.stats if isinstance(loader, DataLoaderX) else None
-    return RunResult(name, seconds, count, waited, first, stats)
+    return RunResult(contestant.label, seconds, count, waited, first, stats)
 
 
-def contestants(backends: Sequence[str]) -> list[str]:
-    """``DataLoader`` first, then each backend once."""
-    return [BASELINE, *dict.fromkeys(backends)]
+def contestants(backends: Sequence[str], num_workers: int) -> list[Contestant]:
+    """``DataLoader`` first, then each backend once per worker method."""
+    return [
+        Contestant(name, num_workers, method)
+        for name in [BASELINE, *dict.fromkeys(backends)]
+        for method in worker_methods(name, num_workers)
+    ]
 
 
 def run_bench(config: BenchConfig, *, progress: bool = True) -> BenchResult:
     """Run every contestant ``config.rounds`` times, alternating, and collect the runs."""
-    names = contestants(config.backends)
-    runs: dict[str, list[RunResult]] = {name: [] for name in names}
-    total = config.rounds * len(names) * config.batches
+    everyone = contestants(config.backends, config.num_workers)
+    runs: dict[Contestant, list[RunResult]] = {contestant: [] for contestant in everyone}
+    total = config.rounds * len(everyone) * config.batches
     with Progress(total, enabled=progress) as bar:
         for round_number in range(1, config.rounds + 1):
-            for name in names:
-                bar.start_run(f"{name} (round {round_number}/{config.rounds})")
-                runs[name].append(run_once(name, config, bar))
+            for contestant in everyone:
+                bar.start_run(f"{contestant.label} (round {round_number}/{config.rounds})")
+                runs[contestant].append(run_once(contestant, config, bar))
     return BenchResult(config, runs)
 
 

@@ -1,4 +1,5 @@
-"""The settings ``bench --tune`` may try: loader, ``num_workers``, ``depth``, ``pin_memory``."""
+"""The settings ``bench --tune`` may try: loader, ``num_workers`` and ``worker_method``,
+``depth``, ``pin_memory``."""
 
 from __future__ import annotations
 
@@ -9,15 +10,28 @@ from typing import Any, Final
 
 from torch.utils.data import DataLoader, Dataset
 
-from dataloaderx.bench.runner import BASELINE
+from dataloaderx.bench.runner import BASELINE, WORKER_NAMES, worker_methods
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
+from dataloaderx.util.suggest import quoted
+from dataloaderx.workers.method import MULTIPROCESSING, THREAD, WORKER_METHODS
 
-__all__ = ["DEPTHS", "Grid", "Setting", "usable_cores", "worker_counts"]
+__all__ = [
+    "DEPTHS",
+    "THREADS_PER_CORE",
+    "Grid",
+    "Setting",
+    "thread_counts",
+    "usable_cores",
+    "worker_counts",
+]
 
 #: The depths tried for each backend that takes one: the default, and the adaptive buffer.
 DEPTHS: Final[tuple[int | str, ...]] = (2, "auto")
+#: Worker threads tried go up to this many per core: a thread that waits on I/O releases
+#: the GIL and its core, so loads that wait gain from more threads than cores.
+THREADS_PER_CORE: Final = 2
 
 
 @dataclass(frozen=True)
@@ -28,11 +42,26 @@ class Setting:
     loader: str
     depth: int | str | None = None
     pin_memory: bool = False
+    #: ``"thread"``: the workers are threads (``DataLoaderX`` backends only).
+    worker_method: str = MULTIPROCESSING
+
+    def __post_init__(self) -> None:
+        if self.worker_method not in WORKER_METHODS:
+            raise ValueError(
+                f"worker_method must be one of {quoted(WORKER_METHODS)}, got {self.worker_method!r}"
+            )
+        if self.worker_method not in worker_methods(self.loader, max(self.num_workers, 1)):
+            raise ValueError(
+                f"{self.loader} has worker processes only: worker_method="
+                f"{self.worker_method!r} needs a DataLoaderX backend"
+            )
 
     @property
     def label(self) -> str:
         """A short name for tables and the progress bar."""
         parts = [self.loader, f"workers={self.num_workers}"]
+        if self.worker_method == THREAD:
+            parts.append(f"({WORKER_NAMES[THREAD]})")
         if self.depth is not None:
             parts.append(f"depth={self.depth}")
         if self.pin_memory:
@@ -44,8 +73,11 @@ class Setting:
         return {} if self.depth is None else {"depth": self.depth}
 
     def loader_kwargs(self, batch_size: int) -> dict[str, Any]:
-        """The ``DataLoader`` keyword arguments this setting sets, ``backend`` included."""
+        """The ``DataLoader`` keyword arguments this setting sets, ``backend`` included
+        (``worker_method`` only where it is ``"thread"``)."""
         kwargs: dict[str, Any] = {"batch_size": batch_size, "num_workers": self.num_workers}
+        if self.worker_method == THREAD:
+            kwargs["worker_method"] = THREAD
         if self.pin_memory:
             kwargs["pin_memory"] = True
         if self.loader != BASELINE:
@@ -82,27 +114,59 @@ def worker_counts(cores: int, *, include: int = 0) -> list[int]:
     return sorted(counts)
 
 
+def thread_counts(cores: int, *, include: int = 0) -> list[int]:
+    """The worker counts tried with threads: as :func:`worker_counts`, but up to
+    :data:`THREADS_PER_CORE` times ``cores``, that number included."""
+    most = THREADS_PER_CORE * cores
+    return sorted({*worker_counts(most, include=include), most})
+
+
 @dataclass(frozen=True)
 class Grid:
-    """Every setting of the sweep, grouped by ``num_workers`` (tried in increasing order)."""
+    """Every setting of the sweep: per worker method, a ladder of ``num_workers`` tried in
+    increasing order, each count with every loader that has that method."""
 
+    #: The counts tried with worker processes (``DataLoader`` and every backend).
     worker_counts: tuple[int, ...]
     backends: tuple[str, ...]
     #: ``(False, True)`` where an accelerator is present, else ``(False,)``.
     pin_memory: tuple[bool, ...] = (False,)
+    #: The counts tried with worker threads (the backends only); empty: no threads.
+    thread_counts: tuple[int, ...] = ()
 
-    def settings(self, num_workers: int) -> list[Setting]:
-        """The settings with ``num_workers`` workers: ``DataLoader``, then each backend."""
+    def ladders(self) -> dict[str, tuple[int, ...]]:
+        """The counts of each worker method swept, increasing."""
+        ladders = {MULTIPROCESSING: tuple(sorted(self.worker_counts))}
+        if self.thread_counts:
+            ladders[THREAD] = tuple(sorted(self.thread_counts))
+        return ladders
+
+    def settings(self, num_workers: int, worker_method: str = MULTIPROCESSING) -> list[Setting]:
+        """The settings with ``num_workers`` workers of ``worker_method``: ``DataLoader``
+        (processes only), then each backend. Without workers the method changes nothing:
+        every method has the same settings at 0, those of processes."""
+        method = worker_method if num_workers > 0 else MULTIPROCESSING
         found = []
         for pin in self.pin_memory:
-            found.append(Setting(num_workers, BASELINE, pin_memory=pin))
+            if method in worker_methods(BASELINE, num_workers):
+                found.append(Setting(num_workers, BASELINE, pin_memory=pin))
             for name in self.backends:
                 names = backend_option_names(get_backend(name))
                 takes_depth = names is None or "depth" in names
                 depths: Sequence[int | str | None] = DEPTHS if takes_depth else (None,)
-                found.extend(Setting(num_workers, name, depth, pin) for depth in depths)
+                found.extend(Setting(num_workers, name, depth, pin, method) for depth in depths)
         return found
 
     def all_settings(self) -> list[Setting]:
-        """Every setting, as an exhaustive sweep would run them."""
-        return [s for count in self.worker_counts for s in self.settings(count)]
+        """Every setting once, in the order an exhaustive sweep runs them: count by count,
+        processes before threads."""
+        ladders = self.ladders()
+        counts = sorted({count for ladder in ladders.values() for count in ladder})
+        found = [
+            setting
+            for count in counts
+            for method, ladder in ladders.items()
+            if count in ladder
+            for setting in self.settings(count, method)
+        ]
+        return list(dict.fromkeys(found))

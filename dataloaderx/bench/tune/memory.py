@@ -1,4 +1,5 @@
-"""Peak memory of this process and its child processes (a loader's workers) during a run."""
+"""Peak memory during a run: this process (worker threads included, as they share it) and
+its child processes (worker processes)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ def _process_bytes(process: Any) -> int:
 
 
 class PeakMemory(ClosesOnExit):
-    """Sample the memory of this process and its descendants every :data:`INTERVAL` seconds
-    on a daemon thread until ``close()``; :attr:`peak_bytes` is the largest sum seen, or
-    ``None`` without ``psutil``."""
+    """Sample the memory of this process (all its threads) and its descendants every
+    :data:`INTERVAL` seconds on a daemon thread until ``close()``; :attr:`peak_bytes` is
+    the largest sum seen, or ``None`` without ``psutil``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

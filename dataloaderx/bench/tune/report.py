@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dataloaderx.bench.report import fixed_width
+from dataloaderx.bench.report import fixed_width, without_column
+from dataloaderx.bench.runner import WORKER_NAMES, workers_text
 from dataloaderx.bench.tune.grid import Setting
 from dataloaderx.bench.tune.memory import MEMORY_HINT
 from dataloaderx.bench.tune.tuner import TuneResult, as_code, as_yaml
@@ -35,6 +36,7 @@ def _row(result: TuneResult, setting: Setting) -> dict[str, Any]:
     return {
         "loader": setting.loader,
         "num_workers": setting.num_workers,
+        "worker_method": setting.worker_method,
         "depth": setting.depth,
         "pin_memory": setting.pin_memory,
         "batches_per_second": rate,
@@ -83,6 +85,9 @@ def verdict(result: TuneResult) -> list[str]:
             f"data loading costs you {100 * (1 - rate / ceiling):.0f}% of what your step "
             f"allows ({rate:.1f} of {ceiling:.1f} batches/s)"
         )
+    memory = _memory(result, best, answer.runner_up)
+    if memory:
+        lines.append(memory)
     noisy = result.noisiest()
     if noisy is not None:
         lines.append(
@@ -92,10 +97,25 @@ def verdict(result: TuneResult) -> list[str]:
     return lines
 
 
+def _memory(result: TuneResult, best: Setting, runner_up: Setting | None) -> str:
+    """The peak memory of the answer and of the runner-up, where it was measured."""
+    peak = result.peak_bytes(best)
+    if peak is None:
+        return ""
+    line = f"peak memory: {peak / _MIB:.0f} MiB with it"
+    other = None if runner_up is None else result.peak_bytes(runner_up)
+    if other is not None:
+        line += f", {other / _MIB:.0f} MiB with the runner-up"
+    return line
+
+
 def _header(result: TuneResult) -> list[str]:
     sweep = result.sweep
     config = result.config
-    counts = ", ".join(str(count) for count in sweep.worker_counts)
+    counts = "; ".join(
+        f"{', '.join(str(count) for count in tried)} ({WORKER_NAMES[method]})"
+        for method, tried in sweep.worker_counts.items()
+    )
     lines = [
         f"tune: {len(sweep.runs)} settings in {sweep.seconds:.0f} s of a "
         f"{config.budget_seconds:.0f} s budget; {len(sweep.pruned())} pruned after the first "
@@ -124,7 +144,7 @@ def as_table(result: TuneResult) -> str:
     body: list[tuple[str, ...]] = [
         (
             str(row["loader"]),
-            str(row["num_workers"]),
+            workers_text(row["num_workers"], row["worker_method"]),
             "-" if row["depth"] is None else str(row["depth"]),
             "yes" if row["pin_memory"] else "no",
             f"{row['batches_per_second']:.1f}",
@@ -138,9 +158,7 @@ def as_table(result: TuneResult) -> str:
         for row in _rows(result)
     ]
     if len(result.grid.pin_memory) == 1:  # no accelerator: pin_memory is not swept
-        pin = columns.index("pin")
-        columns = columns[:pin] + columns[pin + 1 :]
-        body = [cells[:pin] + cells[pin + 1 :] for cells in body]
+        columns, body = without_column(columns, body, "pin")
     lines = fixed_width(columns, body)
     notes = [] if any(cells[-2] != "-" for cells in body) else [MEMORY_HINT]
     return "\n".join([*_header(result), "", *lines, *notes, "", *verdict(result)])
@@ -161,7 +179,7 @@ def as_json(result: TuneResult) -> str:
         },
         "sweep": {
             "seconds": sweep.seconds,
-            "worker_counts": list(sweep.worker_counts),
+            "worker_counts": dict(sweep.worker_counts),
             "rounds_after_first": sweep.rounds,
             "cut_short": sweep.cut_short or None,
         },
@@ -174,6 +192,8 @@ def as_json(result: TuneResult) -> str:
             "setting": answer.best.label,
             "code": as_code(answer.best, batch_size),
             "yaml": as_yaml(answer.best, batch_size),
+            "worker_method": answer.best.worker_method,
+            "peak_bytes": result.peak_bytes(answer.best),
             "runner_up": None if answer.runner_up is None else answer.runner_up.label,
             "margin": answer.margin,
             "spread": answer.spread,

@@ -1,12 +1,17 @@
 """The budgeted sweep: a first round over the grid, then rounds of the leaders.
 
 1. **First round.** The user's own setting (``DataLoader`` with their ``num_workers``) runs
-   first, then every setting of each worker count, counts in increasing order. Counts stop
-   growing once a count with at least two more workers than the best count so far is not
-   :data:`MIN_GAIN` faster than it.
+   first. Then each worker method climbs its own ladder of worker counts (processes up to
+   the cores, threads past them): count by count in increasing order, at each count the
+   processes' settings, then the threads'. The settings without workers (count 0) run once
+   and are the first rung of every ladder. A ladder stops growing once a count with at
+   least two more workers than its best count so far is not :data:`MIN_GAIN` faster than
+   it; the other ladder goes on (threads that wait on I/O may pay where processes did not,
+   and processes may pay where threads fight over the GIL).
 2. **Pruning.** A setting whose first run reached less than :data:`KEEP_SHARE` of the best
    first run is clearly behind and dropped; at most :data:`MAX_LEADERS` of the rest, best
-   first, are the leaders. The best first run is always a leader.
+   first, are the leaders, whatever their worker method. The best first run is always a
+   leader.
 3. **Rounds of the leaders**, each leader once per round in turn, until the budget is spent
    (or :data:`MAX_ROUNDS` rounds ran).
 
@@ -22,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from dataloaderx.bench.runner import WORKER_NAMES
 from dataloaderx.bench.tune.grid import Grid, Setting
 from dataloaderx.bench.tune.measure import Measurement
 
@@ -84,9 +90,9 @@ class SweepResult:
     leaders: tuple[Setting, ...] = ()
     #: Rounds of the leaders after the first round (the last one may be partial).
     rounds: int = 0
-    #: The worker counts whose settings the first round started on.
-    worker_counts: tuple[int, ...] = ()
-    #: Why the first round ended early, or ``""``.
+    #: The worker counts whose settings the first round started on, per worker method.
+    worker_counts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: Why the first round ended early or a ladder stopped growing, or ``""``.
     cut_short: str = ""
     seconds: float = 0.0
 
@@ -115,6 +121,29 @@ def _leaders(first: dict[Setting, float]) -> tuple[Setting, ...]:
     kept = [setting for setting, rate in first.items() if rate >= KEEP_SHARE * top]
     kept.sort(key=first.__getitem__, reverse=True)
     return tuple(kept[:MAX_LEADERS])
+
+
+@dataclass
+class _Ladder:
+    """One worker method's counts, and its best count so far by the best first run."""
+
+    method: str
+    counts: tuple[int, ...]
+    best_count: int = -1
+    best_rate: float = 0.0
+    #: Why the ladder stopped growing, or ``""``.
+    stopped: str = ""
+
+    def climb(self, count: int, rate: float) -> None:
+        """The settings of ``count`` reached ``rate`` at best: a new best, or a stop (where
+        larger counts are left)."""
+        if rate > self.best_rate * (1 + MIN_GAIN):
+            self.best_count, self.best_rate = count, rate
+        elif count >= self.best_count + 2 and count < self.counts[-1]:
+            self.stopped = (
+                f"worker {WORKER_NAMES[self.method]}: num_workers={count} was no faster than "
+                f"num_workers={self.best_count}: larger counts not tried"
+            )
 
 
 class _Sweeper:
@@ -146,25 +175,30 @@ class _Sweeper:
     def first_round(self, grid: Grid, own: Setting) -> None:
         if not self.run(own, "first round"):
             return
-        best_count, best_rate = -1, 0.0
-        for count in grid.worker_counts:
-            self.result.worker_counts += (count,)
-            stage = grid.settings(count)
-            for setting in stage:
-                if setting not in self.result.runs and not self.run(setting, "first round"):
-                    self.result.cut_short = (
-                        "the budget ran out in the first round: raise --budget to try every setting"
-                    )
-                    return
-            rate = max(self.result.runs[s][0].rate for s in stage)
-            if rate > best_rate * (1 + MIN_GAIN):
-                best_count, best_rate = count, rate
-            elif count >= best_count + 2:
-                self.result.cut_short = (
-                    f"num_workers={count} was no faster than num_workers={best_count}: "
-                    "larger counts not tried"
-                )
-                return
+        ladders = [_Ladder(method, counts) for method, counts in grid.ladders().items()]
+        finished = self.climb(grid, ladders)
+        reasons = [ladder.stopped for ladder in ladders if ladder.stopped]
+        if not finished:
+            reasons.append(
+                "the budget ran out in the first round: raise --budget to try every setting"
+            )
+        self.result.cut_short = "; ".join(reasons)
+
+    def climb(self, grid: Grid, ladders: list[_Ladder]) -> bool:
+        """Run the settings of every ladder, count by count (a setting shared by two ladders
+        once); ``False`` where the budget ran out."""
+        for count in sorted({count for ladder in ladders for count in ladder.counts}):
+            for ladder in ladders:
+                if ladder.stopped or count not in ladder.counts:
+                    continue
+                started = self.result.worker_counts.get(ladder.method, ())
+                self.result.worker_counts[ladder.method] = (*started, count)
+                stage = grid.settings(count, ladder.method)
+                for setting in stage:
+                    if setting not in self.result.runs and not self.run(setting, "first round"):
+                        return False
+                ladder.climb(count, max(self.result.runs[s][0].rate for s in stage))
+        return True
 
     def leader_rounds(self) -> None:
         while self.result.rounds < MAX_ROUNDS:

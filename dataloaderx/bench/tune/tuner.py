@@ -12,7 +12,13 @@ import yaml
 
 from dataloaderx.bench.progress import Progress
 from dataloaderx.bench.runner import BASELINE
-from dataloaderx.bench.tune.grid import Grid, Setting, usable_cores, worker_counts
+from dataloaderx.bench.tune.grid import (
+    Grid,
+    Setting,
+    thread_counts,
+    usable_cores,
+    worker_counts,
+)
 from dataloaderx.bench.tune.measure import (
     Ceiling,
     Workload,
@@ -37,15 +43,18 @@ class TuneConfig:
     #: The user's own ``num_workers``: ``DataLoader`` with it is the baseline.
     num_workers: int = 0
     budget_seconds: float = 60.0
-    #: The largest ``num_workers`` tried (default: the cores this process may use).
+    #: The largest ``num_workers`` tried with worker processes, and half the largest tried
+    #: with worker threads (default: the cores this process may use).
     cores: int | None = None
 
     def grid(self) -> Grid:
-        """The settings to sweep."""
+        """The settings to sweep: worker processes up to the cores, worker threads up to
+        ``THREADS_PER_CORE`` times the cores, the user's own count with both."""
         cores = usable_cores() if self.cores is None else self.cores
         pins = (False, True) if accelerator() is not None else (False,)
         counts = worker_counts(cores, include=self.num_workers)
-        return Grid(tuple(counts), self.backends, pins)
+        threads = thread_counts(cores, include=self.num_workers)
+        return Grid(tuple(counts), self.backends, pins, tuple(threads))
 
 
 @dataclass(frozen=True)
