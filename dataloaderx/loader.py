@@ -84,7 +84,10 @@ class DataLoaderX(DataLoader[T_co]):
     ) -> None:
         self._prefetch_backend, common = resolve_backend(backend, backend_options)
         self.worker_method = check_worker_method(
-            worker_method, dataset=dataset, multiprocessing_context=multiprocessing_context
+            worker_method,
+            num_workers=num_workers,
+            dataset=dataset,
+            multiprocessing_context=multiprocessing_context,
         )
         # A torch whose DataLoader has worker threads of its own runs them.
         torch_arguments = {"worker_method": worker_method} if _TORCH_WORKER_METHOD else {}

@@ -185,7 +185,7 @@ def test_persistent_worker_threads_survive_epochs_left_early(backend: str) -> No
         expected, actual = iter(reference), iter(loader)
         for _ in range(2 if epoch % 2 == 0 else len(loader)):
             assert_same(next(actual), next(expected))
-        now = loader._iterator.worker_threads  # type: ignore[union-attr]
+        now = loader._iterator._workers  # type: ignore[union-attr]
         assert threads is None or now == threads  # the same threads, epoch after epoch
         threads = now
     assert threads is not None

@@ -71,21 +71,18 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
             base_seed=int(self._base_seed),
             pin=pin,
         )
-        self._workers = WorkerThreads(setup, name=thread_name("worker"))
-        self._finalizer = weakref.finalize(self, _stop, self._workers, os.getpid())
+        self._pool = WorkerThreads(setup, name=thread_name("worker"))
+        #: The worker threads, by worker id (where PyTorch's iterator has its processes).
+        self._workers = list(self._pool.threads)
+        self._finalizer = weakref.finalize(self, _stop, self._pool, os.getpid())
         self._shutdown = False
         self._epoch = 0
         self._reset(loader, first_iter=True)
 
-    @property
-    def worker_threads(self) -> list[Any]:
-        """The worker threads, by worker id."""
-        return list(self._workers.threads)
-
     def _reset(self, loader: DataLoader[Any], first_iter: bool = False) -> None:
         super()._reset(loader, first_iter)
         if not first_iter:
-            self._epoch = self._workers.new_epoch()
+            self._epoch = self._pool.new_epoch()
         self._schedule = Schedule(self._num_workers, self._prefetch_factor, self._in_order)
         for _ in range(self._schedule.limit):
             self._try_put_index()
@@ -98,7 +95,7 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
             indices = self._next_index()  # type: ignore[no-untyped-call]
         except StopIteration:
             return
-        self._workers.send(worker, self._schedule.sent_to(worker), indices)
+        self._pool.send(worker, self._schedule.sent_to(worker), indices)
 
     def _next_data(self) -> Any:
         schedule = self._schedule
@@ -124,14 +121,14 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
         deadline = time.monotonic() + timeout if timeout > 0 else None
         while True:
             wait = POLL_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
-            result = self._workers.receive(min(wait, POLL_SECONDS))
+            result = self._pool.receive(min(wait, POLL_SECONDS))
             if result is not None:
                 if result.epoch == self._epoch:
                     return result
                 continue  # a task of an earlier epoch that was running when it was left
             if deadline is not None and time.monotonic() >= deadline:
                 raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
-            ended = self._workers.ended()
+            ended = self._pool.ended()
             if ended:
                 raise RuntimeError(
                     f"DataLoader worker thread(s) {ended} ended unexpectedly; "

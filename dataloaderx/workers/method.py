@@ -32,13 +32,14 @@ def dataloader_takes_worker_method(loader_class: type[Any] = DataLoader) -> bool
 
 
 def check_worker_method(
-    worker_method: object, *, dataset: object, multiprocessing_context: Any
+    worker_method: object, *, num_workers: int, dataset: object, multiprocessing_context: Any
 ) -> WorkerMethod:
     """Return ``worker_method`` if it is valid with the other arguments, else raise.
 
-    With ``"thread"``, ``multiprocessing_context`` is an error (no process starts, so a
-    start method would be silently ignored), and so is a datapipe dataset (each worker
-    would shard the one graph all the threads share).
+    With ``"thread"`` and workers, ``multiprocessing_context`` is an error (no process
+    starts, so a start method would be silently ignored), and so is a datapipe dataset
+    (each worker would shard the one graph all the threads share). Without workers,
+    ``DataLoader``'s own checks apply.
     """
     if not isinstance(worker_method, str):
         raise TypeError(
@@ -50,13 +51,14 @@ def check_worker_method(
             f"worker_method must be one of {quoted(WORKER_METHODS)}, got {worker_method!r}"
             f"{did_you_mean(worker_method, WORKER_METHODS)}"
         )
-    if worker_method == THREAD and multiprocessing_context is not None:
+    threads = worker_method == THREAD and isinstance(num_workers, int) and num_workers > 0
+    if threads and multiprocessing_context is not None:
         raise ValueError(
             f"multiprocessing_context={multiprocessing_context!r} does not apply to "
             "worker_method='thread': worker threads start no process. Remove "
             "multiprocessing_context, or use worker_method='multiprocessing'"
         )
-    if worker_method == THREAD and isinstance(dataset, (IterDataPipe, MapDataPipe)):
+    if threads and isinstance(dataset, (IterDataPipe, MapDataPipe)):
         raise ValueError(
             f"worker_method='thread' cannot shard the datapipe {type(dataset).__name__}: "
             "all worker threads share one graph, which each worker process would shard "
