@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -10,7 +11,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from dataloaderx.backends.thread import ThreadBackend
 from dataloaderx.engine.channel import Channel
+from dataloaderx.engine.producer import start_producer
 from dataloaderx.engine.stream import END, ERROR, ITEM, Envelope
 
 pytestmark = pytest.mark.timeout(60)
@@ -181,3 +184,32 @@ def test_a_channel_knows_whether_it_handed_out_a_batch() -> None:
     assert not channel.handed_out()
     assert channel.get(lambda: True)[0] == ITEM
     assert channel.handed_out()
+
+
+def test_a_close_from_another_thread_never_looks_like_a_dead_producer() -> None:
+    # The buffer is closed before the stop flag is set: a loop waiting in another thread
+    # gets the end even when the closer stalls between the two, while the flag ends the
+    # producer (the stall is stretched here until the producer ended, plus a few polls).
+    def slow() -> Iterator[int]:
+        for index in itertools.count():
+            time.sleep(0.2)
+            yield index
+
+    stream = start_producer(slow(), ThreadBackend(adaptive=False, depth=2))
+    channel = stream._buffer
+    clear = channel.clear
+
+    def stalled_clear() -> None:
+        stream.thread.join(timeout=1.0)
+        time.sleep(0.2)
+        clear()
+
+    channel.clear = stalled_clear  # type: ignore[method-assign]
+    closer = threading.Timer(0.05, stream.close)
+    closer.start()
+    try:
+        got = list(stream)  # the end, not "the producer thread ended without delivering"
+    finally:
+        closer.join(timeout=10)
+        stream.close()
+    assert got in ([], [0])

@@ -70,7 +70,7 @@ class _Gate:
                     else:
                         self.byte_waits += 1
                 pending.not_full.wait(POLL_SECONDS)
-            if self._stop.is_set():
+            if self._stop.is_set() or pending.maxsize == sys.maxsize:  # stopped, or cleared
                 return False
             self.budget.add(size)
         return True

@@ -43,11 +43,11 @@ class Channel(Buffer):
 
     def put(self, item: Envelope, stop: threading.Event, size: int = 0) -> bool:
         """Append ``item`` (``size`` bytes of tensors) once there is room; return ``False`` if
-        ``stop`` is set first."""
+        ``stop`` is set or the channel cleared first."""
         with self._lock:
             counted = False
             while len(self._items) >= self._depth or not self._budget.fits(size):
-                if stop.is_set():
+                if stop.is_set() or self._cleared:
                     return False
                 if not counted:
                     counted = True
@@ -55,7 +55,7 @@ class Channel(Buffer):
                 self._producer_waits = size
                 self._not_full.wait(POLL_SECONDS)
                 self._producer_waits = None
-            if stop.is_set():
+            if stop.is_set() or self._cleared:
                 return False
             self._items.append((item, size))
             self._budget.add(size)

@@ -79,7 +79,8 @@ class Buffer(abc.ABC):
 
     @abc.abstractmethod
     def clear(self) -> None:
-        """Drop every envelope and wake a waiting producer (only while closing)."""
+        """Drop every envelope and wake both sides (only while closing): from now on a put
+        is refused and a get on an empty buffer returns the end."""
 
 
 class ThreadedStream(Stream[T]):
@@ -102,7 +103,8 @@ class ThreadedStream(Stream[T]):
         self._handout = handout
         self._after_close = after_close
         self._finished = False
-        self._closed = False
+        #: A latch, taken by the first close() (from any thread) and never released.
+        self._closing = threading.Lock()
 
     def __next__(self) -> T:
         if self._finished:
@@ -132,11 +134,15 @@ class ThreadedStream(Stream[T]):
         return self._buffer.handed_out()
 
     def close(self) -> None:
-        """Stop the producer, join it (up to ``JOIN_TIMEOUT_SECONDS``), then run ``after_close``."""
-        if self._closed:
-            return
-        self._closed = True
+        """Stop the producer, join it (up to ``JOIN_TIMEOUT_SECONDS``), then run ``after_close``.
+
+        The buffer is closed before the stop flag is set, so that a loop waiting in another
+        thread gets the end, and never takes the producer that the flag ends for a dead one.
+        """
+        if not self._closing.acquire(blocking=False):
+            return  # closed, or closing in another thread
         self._finished = True
+        self._buffer.clear()
         self._stop.set()
         try:
             self._join()
