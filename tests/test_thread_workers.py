@@ -387,6 +387,23 @@ def test_timeout_raises_as_dataloader_does(backend: str) -> None:
     iterator.close()
 
 
+def test_a_worker_ended_by_systemexit_is_reported_as_a_dead_worker_is(backend: str) -> None:
+    # A worker process that exits makes DataLoader raise "DataLoader worker (pid(s) ...)
+    # exited unexpectedly"; a worker thread ended the same way is named alike.
+    loader = DataLoaderX(
+        FailingDataset(40, frozenset({5}), SystemExit),
+        batch_size=1,
+        num_workers=2,
+        backend=backend,
+        **THREADS,
+    )
+    with pytest.raises(RuntimeError, match="exited unexpectedly") as caught:
+        for _batch in loader:
+            pass
+    assert "DataLoader worker thread 1 exited unexpectedly" in str(caught.value)
+    assert isinstance(caught.value.__cause__, SystemExit)
+
+
 # 5. Shutdown ---------------------------------------------------------------------------
 
 

@@ -129,11 +129,8 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
             if deadline is not None and time.monotonic() >= deadline:
                 raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
             ended = self._pool.ended()
-            if ended:
-                raise RuntimeError(
-                    f"DataLoader worker thread(s) {ended} ended unexpectedly; "
-                    "their error was printed by threading.excepthook"
-                )
+            if ended:  # as DataLoader says of a dead worker process
+                raise RuntimeError(f"DataLoader worker thread(s) {ended} exited unexpectedly")
 
     def _open(self, result: Result) -> Any:
         if result.outcome is Outcome.BATCH:
