@@ -61,11 +61,13 @@ def contestants(
     depth: int = 2,
     always_prefetch: bool = False,
     only: Sequence[str] | None = None,
+    worker_method: str = "multiprocessing",
     **kwargs: Any,
 ) -> dict[str, LoaderFactory]:
     """Factories for DataLoader, the naive pattern and every backend, same arguments.
 
-    With ``only``, DataLoader and the contestants named there (``--only``).
+    With ``only``, DataLoader and the contestants named there (``--only``). The backends
+    get ``worker_method`` too; DataLoader and the naive pattern have worker processes.
     """
 
     def naive() -> Iterable[Any]:
@@ -79,7 +81,9 @@ def contestants(
     }
     for name in available_backends():
         spec = backend_spec(name, depth, always_prefetch=always_prefetch)
-        found[name] = lambda spec=spec: DataLoaderX(dataset, backend=spec, **kwargs)
+        found[name] = lambda spec=spec: DataLoaderX(
+            dataset, backend=spec, worker_method=worker_method, **kwargs
+        )
     if only is None:
         return found
     unknown = sorted(set(only) - set(found))
