@@ -5,8 +5,8 @@ from __future__ import annotations
 import gc
 import math
 import threading
-import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -14,9 +14,11 @@ from dataloaderx.backends.sync import SyncBackend
 from dataloaderx.backends.thread import ThreadBackend
 from dataloaderx.contracts.policy import INLINE, Verdict
 from dataloaderx.engine.phases import DRIFT_WINDOW
+from dataloaderx.epoch import iterator as epoch_iterator
 from dataloaderx.epoch.feed import Feed, Stop
 from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.epoch.run import TAIL, Run
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,11 +28,12 @@ BLOCKED_AT = 20
 
 class Gate(Iterator[int]):
     """``0, 1, ...``; making item ``at`` signals ``entered``, runs ``on_enter`` and then
-    waits for ``go`` (at most 10 seconds)."""
+    waits for ``go`` (at most ``hold`` seconds)."""
 
-    def __init__(self, size: int, at: int) -> None:
+    def __init__(self, size: int, at: int, hold: float = 10.0) -> None:
         self._items = iter(range(size))
         self._at = at
+        self._hold = hold
         self.entered = threading.Event()
         self.go = threading.Event()
         self.on_enter: Callable[[], None] | None = None
@@ -41,7 +44,7 @@ class Gate(Iterator[int]):
             self.entered.set()
             if self.on_enter is not None:
                 self.on_enter()
-            self.go.wait(timeout=10)
+            self.go.wait(timeout=self._hold)
         return index
 
 
@@ -104,7 +107,11 @@ def test_a_long_read_under_a_close_from_another_thread_releases_as_it_ends() -> 
     assert len(releases.threads) == 1
 
 
-def test_a_close_from_another_thread_waits_for_a_short_read() -> None:
+def test_a_close_from_another_thread_waits_for_a_short_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A budget that the read (0.1 s, or however late this machine lets it end) stays short of.
+    monkeypatch.setattr(epoch_iterator, "JOIN_TIMEOUT_SECONDS", 60.0)
     gate = Gate(100, BLOCKED_AT)
     releases = Releases()
     iterator = inline_epoch(gate, releases)
@@ -217,24 +224,49 @@ def test_a_close_that_gives_up_waiting_leaves_the_release_to_the_producer() -> N
 
 
 def test_a_prefetching_epoch_closed_from_another_thread_ends_the_loops_wait() -> None:
-    slow = SlowSource(0.2)
-    iterator = PrefetchIterator(slow, ThreadBackend(adaptive=False), None)
+    gate = Gate(100, 1, hold=60)  # item 1 is held until the close returned
+    iterator = PrefetchIterator(gate, ThreadBackend(adaptive=False), None)
     assert next(iterator) == 0
-    threading.Timer(0.05, iterator.close).start()
-    assert list(iterator) in ([], [1])  # the end, not an error: the producer was stopped
+
+    def close() -> None:
+        # While the producer makes item 1 and the loop waits for it.
+        assert gate.entered.wait(timeout=60)
+        stream: Any = iterator._epoch.stream
+        assert wait_for(lambda: stream._buffer._loop_waits)
+        iterator.close()  # gives up waiting for the read after its budget
+        gate.go.set()
+
+    closer = threading.Thread(target=close, name="closer")
+    closer.start()
+    try:
+        assert list(iterator) == []  # the end, not an error: the producer was stopped
+    finally:
+        gate.go.set()
+        closer.join(timeout=60)
+    assert not closer.is_alive()
 
 
-class SlowSource(Iterator[int]):
-    """``0, 1, ...``, each item taking ``delay`` seconds."""
-
-    def __init__(self, delay: float) -> None:
-        self._delay = delay
-        self._next = 0
-
-    def __next__(self) -> int:
-        time.sleep(self._delay)
-        self._next += 1
-        return self._next - 1
+def test_after_a_close_the_loop_ends_while_a_producers_read_still_hangs() -> None:
+    # A producer stuck in a read (a worker that hangs) holds the feed's lock; the loop's
+    # next call after a close must not wait for it.
+    gate = Gate(100, 1, hold=60)
+    releases = Releases()
+    iterator = PrefetchIterator(gate, ThreadBackend(adaptive=False), releases)
+    assert next(iterator) == 0
+    assert gate.entered.wait(timeout=60)  # the producer is inside item 1's read, held
+    try:
+        closer = threading.Thread(target=iterator.close, name="closer")
+        closer.start()
+        closer.join(timeout=60)
+        assert not closer.is_alive()  # it gave up waiting for the read after its budget
+        with pytest.raises(StopIteration):
+            next(iterator)  # the end, though the read goes on
+        assert not gate.go.is_set()
+        assert releases.threads == []  # nothing released during the read
+    finally:
+        gate.go.set()
+    # The producer leaves its read, then releases the source.
+    assert wait_for(lambda: len(releases.threads) == 1)
 
 
 def test_producer_reads_stop_where_the_epoch_says() -> None:

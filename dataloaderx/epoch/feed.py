@@ -92,21 +92,33 @@ class Feed(Generic[T]):
 
     def resume(self, left: int | None) -> None:
         """Let a producer read ``left`` more batches (``None``: to the end)."""
-        with self.lock:
+        if not self._acquire():
+            return  # closing: no read starts any more
+        try:
             self._left = left
             self._at_zero = Stop.BOUND
             self.stopped = Stop.BOUND if left == 0 else None
+        finally:
+            self.lock.release()
 
     def why_stopped(self) -> Stop | None:
         """Why the producer's latest read raised ``StopIteration`` (``None``: it did not)."""
-        with self.lock:
+        if not self._acquire():
+            return Stop.CLOSED
+        try:
             return self.stopped
+        finally:
+            self.lock.release()
 
     def pause(self) -> None:
         """Stop the producer before its next read."""
-        with self.lock:
+        if not self._acquire():
+            return  # closing: the producer stops anyway
+        try:
             self._left = 0
             self._at_zero = Stop.PAUSED
+        finally:
+            self.lock.release()
 
     def __iter__(self) -> Feed[T]:
         return self
@@ -170,11 +182,18 @@ class Feed(Generic[T]):
         return True
 
     def wait_to_read(self) -> None:
-        """Take :attr:`lock` for a read in the loop's thread, in short steps; raise
-        ``StopIteration`` instead once the feed is closing (a close holds the lock)."""
+        """Take :attr:`lock` for a read in the loop's thread; raise ``StopIteration`` instead
+        once the feed is closing (a close holds the lock)."""
+        if not self._acquire():
+            raise StopIteration
+
+    def _acquire(self) -> bool:
+        """Take :attr:`lock` in short steps; ``False``, without it, once the feed is closing:
+        a read under way holds it for as long as the read takes (a worker that hangs, say)."""
         while not self.lock.acquire(timeout=POLL_SECONDS):
             if self.closing.locked():
-                raise StopIteration
+                return False
+        return True
 
     def request_close(self) -> None:
         """Stop every read from now on (the iterator is released later)."""
