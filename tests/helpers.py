@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import threading
 import time
 import warnings
@@ -87,6 +88,26 @@ class SlowDataset(Dataset[torch.Tensor]):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         time.sleep(self.delay)
+        return torch.tensor(index)
+
+
+class StallingDataset(Dataset[torch.Tensor]):
+    """Item 0 at once; every later item sleeps ``stall`` seconds (releasing the GIL).
+
+    For tests where a pending batch must never arrive in time: whatever the test sees
+    next cannot be that batch.
+    """
+
+    def __init__(self, size: int, stall: float) -> None:
+        self.size = size
+        self.stall = stall
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index:
+            time.sleep(self.stall)
         return torch.tensor(index)
 
 
@@ -247,6 +268,64 @@ def wait_until_clean(
             return left_threads, left_children
         gc.collect()
         time.sleep(0.01)
+
+
+def wait_for(condition: Callable[[], bool], within: float = 30.0) -> bool:
+    """Poll ``condition`` every few milliseconds until it holds (``True``) or ``within``
+    seconds passed (``False``): a deadline for a slow, loaded machine, never a speed bound."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() >= deadline:
+            return condition()
+        time.sleep(0.005)
+    return True
+
+
+def running_producer(iterator: Any) -> threading.Thread | None:
+    """The producer thread of ``iterator``'s epoch (a ``PrefetchIterator``) while it is
+    alive; ``None`` while batches are made inline or no producer runs."""
+    thread = getattr(iterator._epoch.stream, "thread", None)
+    return thread if isinstance(thread, threading.Thread) and thread.is_alive() else None
+
+
+def wait_until_made_ahead(iterator: Any, count: int, within: float = 30.0) -> None:
+    """Wait until the producer of ``iterator``'s epoch has ``count`` outcomes (batches, errors
+    or the end) ready to hand out, or no producer runs (it ended, or batches are made inline).
+
+    For tests of what happens once a producer ran ahead: they wait for it instead of
+    sleeping and hoping it was scheduled meanwhile.
+    """
+
+    def ran_ahead() -> bool:
+        stream = iterator._epoch.stream
+        return running_producer(iterator) is None or (
+            stream is not None and stream.buffered() >= count
+        )
+
+    assert wait_for(ran_ahead, within), f"the producer made fewer than {count} ahead"
+
+
+def wait_until_run_ahead(iterator: Any, within: float = 30.0) -> None:
+    """:func:`wait_until_made_ahead` for as many as the backend's fixed ``depth`` (1 for a
+    backend without one): the producer, if one runs, filled its buffer or ended."""
+    depth = iterator._epoch.backend.describe().get("depth")
+    wait_until_made_ahead(iterator, depth if isinstance(depth, int) else 1, within)
+
+
+def waits_in_a_condition(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is blocked in ``threading.Condition.wait`` right now: a producer
+    reading a source without worker threads does that only while it waits for room."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    return frame is not None and frame.f_code is threading.Condition.wait.__code__
+
+
+def assert_closed_source(source: Any) -> None:
+    """What ``close()`` guarantees once it returns, whatever the timing: no read starts any
+    more, and the source is released unless a read begun before is still under way (its
+    thread releases the source as it leaves that read, before it lets go of the lock)."""
+    reading = source.lock.locked()  # first: a read that ended has released by then
+    assert source.closing.locked()
+    assert reading or source.released
 
 
 def always_prefetching(backend: str | Mapping[str, Any], **options: Any) -> dict[str, Any]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,19 +53,29 @@ class KindDataset(Dataset[Any]):
 
 
 class StuckDataset(Dataset[torch.Tensor]):
-    """Item ``stuck_at`` sleeps ``stuck_for`` seconds; the others return at once."""
+    """Item ``stuck_at`` is stuck until ``release`` is set (at most ``STUCK_CAP`` seconds);
+    the others return at once, and the one before it sets ``made_before`` once made.
 
-    def __init__(self, size: int, stuck_at: int, stuck_for: float) -> None:
+    Both are ``multiprocessing`` events: a worker process shares them with the test.
+    """
+
+    #: Longer than any deadline of the tests: an item that waits it out never came in time.
+    STUCK_CAP = 60.0
+
+    def __init__(self, size: int, stuck_at: int) -> None:
         self.size = size
         self.stuck_at = stuck_at
-        self.stuck_for = stuck_for
+        self.made_before = multiprocessing.Event()
+        self.release = multiprocessing.Event()
 
     def __len__(self) -> int:
         return self.size
 
     def __getitem__(self, index: int) -> torch.Tensor:
         if index == self.stuck_at:
-            time.sleep(self.stuck_for)
+            self.release.wait(self.STUCK_CAP)
+        elif index == self.stuck_at - 1:
+            self.made_before.set()
         return torch.tensor(index)
 
 

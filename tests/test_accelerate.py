@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -10,8 +10,18 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dataloaderx import DataLoaderX, SizedPrefetched, prefetch
-from tests.helpers import FailingDataset, RangeDataset, assert_same_events, run_events
+from dataloaderx import DataLoaderX, PrefetchIterator, SizedPrefetched, prefetch
+from tests.helpers import (
+    FailingDataset,
+    RangeDataset,
+    assert_closed_source,
+    assert_same_events,
+    child_pids,
+    run_events,
+    wait_for,
+    wait_until_clean,
+    wait_until_run_ahead,
+)
 
 accelerate = pytest.importorskip(
     "accelerate", reason="accelerate is not installed: pip install 'dataloaderx[integrations]'"
@@ -59,12 +69,20 @@ def test_prepare_then_prefetch_keeps_a_dataloaderx_configuration(
 def test_break_closes_the_prepared_loader_and_its_workers(
     accelerator: accelerate.Accelerator, backend: str
 ) -> None:
+    threads = set(threading.enumerate())
+    children = child_pids()
     prepared = accelerator.prepare(DataLoader(RangeDataset(200), batch_size=2, num_workers=2))
     iterator = iter(prefetch(prepared, backend=backend))
     next(iterator)
+    assert child_pids() - children  # its workers run
     iterator.close()
-    assert iterator.source.released
-    assert iterator._inner.gi_frame is None  # type: ignore[attr-defined]
+    assert_closed_source(iterator.source)
+    # A read under way when close() gave up waiting releases the source as it ends.
+    assert wait_for(lambda: iterator.source.released)
+    assert wait_for(lambda: iterator._inner.gi_frame is None)  # type: ignore[attr-defined]
+    left_threads, left_children = wait_until_clean(threads, children, within=30.0)
+    assert left_threads == []
+    assert left_children == set()
 
 
 def test_errors_match_the_prepared_loader(
@@ -84,11 +102,18 @@ def test_set_epoch_reaches_the_prepared_loader(accelerator: accelerate.Accelerat
     assert prepared.iteration == 0
 
 
+def run_ahead(iterator: Iterator[Any]) -> None:
+    """Let the producer of a prefetching epoch, if one runs, fill its buffer (or end)."""
+    if isinstance(iterator, PrefetchIterator):
+        wait_until_run_ahead(iterator)
+
+
 def loop_state(batches: Iterable[torch.Tensor], gradient_state: Any) -> list[tuple[Any, ...]]:
     """What a training loop sees of accelerate's per-batch state at each step."""
     seen: list[tuple[Any, ...]] = []
-    for batch in batches:
-        time.sleep(0.01)  # let a producer run ahead, as a training step would
+    iterator = iter(batches)
+    for batch in iterator:
+        run_ahead(iterator)  # as it would during a training step
         seen.append(
             (int(batch[0, 0]), gradient_state.end_of_dataloader, gradient_state.in_dataloader)
         )
@@ -115,8 +140,9 @@ def test_accumulation_syncs_on_the_same_steps(
 
     def sync_steps(batches: Iterable[torch.Tensor]) -> list[bool]:
         syncs = []
-        for _ in batches:
-            time.sleep(0.01)
+        iterator = iter(batches)
+        for _ in iterator:
+            run_ahead(iterator)
             with accelerator.accumulate(model):
                 syncs.append(accelerator.sync_gradients)
         return syncs
@@ -149,7 +175,7 @@ def test_stateful_dataloader_state_counts_the_batches_the_loop_saw(
             head = []
             for _ in range(5):
                 head.append(next(iterator)[:, 0].tolist())
-                time.sleep(0.02)  # let the producer run ahead by up to its depth
+                wait_until_run_ahead(iterator)  # the producer runs ahead by up to its depth
             # What Accelerator.save_state() reads: the prepared loader's own state_dict().
             state = first.state_dict()
             assert batches.state_dict() == state
@@ -178,7 +204,7 @@ def test_prefetch_of_a_stateful_dataloader_answers_for_consumed_batches(backend:
     batches = prefetch(loader(), backend=backend)
     with iter(batches) as iterator:
         head = [next(iterator)[:, 0].tolist() for _ in range(4)]
-        time.sleep(0.05)
+        wait_until_run_ahead(iterator)
         state = batches.state_dict()
     assert state["_num_yielded"] == 4
     resumed = prefetch(loader(), backend=backend)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import warnings
 from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from dataloaderx import DataLoaderX, PrefetchIterator, available_backends, get_backend
 from dataloaderx.engine import decision as mode_decision
@@ -21,17 +20,21 @@ from tests.helpers import (
     FailingSampler,
     RangeDataset,
     ShortLenIterable,
-    SlowDataset,
     StructDataset,
     SwitchingPolicy,
     WarningDataset,
     always_prefetching,
+    assert_closed_source,
     assert_same,
     assert_same_events,
     child_pids,
     failing_collate,
     run_events,
+    running_producer,
+    wait_for,
     wait_until_clean,
+    wait_until_made_ahead,
+    waits_in_a_condition,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -228,12 +231,14 @@ def _exit_early(loader: DataLoaderX[Any], how: str) -> None:
         iterator = iter(loader)
         next(iterator)
         iterator.close()
+        assert_closed_source(iterator.source)
         iterator.close()  # a second close is harmless
         with pytest.raises(StopIteration):
             next(iterator)
     elif how == "with":
         with iter(loader) as iterator:
             next(iterator)
+        assert_closed_source(iterator.source)
     elif how == "del":
         iterator = iter(loader)
         next(iterator)
@@ -242,16 +247,19 @@ def _exit_early(loader: DataLoaderX[Any], how: str) -> None:
         raise AssertionError(how)
 
 
+#: How long the threads and workers of an epoch left early may take to end on a slow,
+#: loaded machine: a deadline for a leak, not a speed bound.
+CLEAN_WITHIN = 30.0
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("how", ["break", "close", "with", "del"])
-def test_early_exit_stops_thread_and_workers_within_a_second(
-    backend: str, num_workers: int, how: str
-) -> None:
+def test_early_exit_stops_thread_and_workers(backend: str, num_workers: int, how: str) -> None:
     threads = set(threading.enumerate())
     children = child_pids()
     loader = DataLoaderX(RangeDataset(200), batch_size=2, num_workers=num_workers, backend=backend)
     _exit_early(loader, how)
-    left_threads, left_children = wait_until_clean(threads, children, within=1.0)
+    left_threads, left_children = wait_until_clean(threads, children, within=CLEAN_WITHIN)
     assert left_threads == []
     assert left_children == set()
 
@@ -264,7 +272,7 @@ def test_twenty_epochs_of_early_breaks_leak_nothing(backend: str) -> None:
         for index, _batch in enumerate(loader):
             if index == 2:
                 break
-        left_threads, left_children = wait_until_clean(threads, children, within=1.0)
+        left_threads, left_children = wait_until_clean(threads, children, within=CLEAN_WITHIN)
         assert left_threads == []
         assert left_children == set()
 
@@ -352,14 +360,26 @@ def test_never_more_than_depth_batches_ahead(backend: str, depth: int) -> None:
         backend_options=options,
     )
     limit = 0 if backend == "sync" else depth + 1  # queued batches plus one in hand
+    consumed = 0
+
+    def ahead() -> int:
+        made = counter.count - consumed
+        assert made <= limit  # on every sample
+        return made
+
+    def waits_for_room(iterator: Any) -> bool:
+        producer = running_producer(iterator)
+        parked = producer is None or waits_in_a_condition(producer)
+        return ahead() <= limit and parked
+
     with iter(loader) as iterator:
         for consumed in range(1, 6):
             next(iterator)
-            deadline = time.monotonic() + 0.3
-            while time.monotonic() < deadline:
-                assert counter.count - consumed <= limit
-                time.sleep(0.005)
-        assert counter.count - consumed == limit  # the producer did run ahead, up to the bound
+            # The producer runs ahead up to the bound ...
+            assert wait_for(lambda: ahead() == limit), (counter.count, consumed, limit)
+            # ... and stops there: it waits for room, and made no batch more meanwhile.
+            assert wait_for(lambda: waits_for_room(iterator))
+            assert ahead() == limit
 
 
 # 6. pin_memory -------------------------------------------------------------------------
@@ -397,19 +417,35 @@ def test_loader_is_generic(backend: str) -> None:
 # 9. Warnings ---------------------------------------------------------------------------
 
 
+def _warnings_per_call(iterator: Any, calls: int) -> list[list[str]]:
+    """The warnings each of ``calls`` ``next()`` calls raised, in order."""
+    raised = []
+    for _ in range(calls):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            next(iterator)
+        raised.append([f"{w.category.__name__}: {w.message}" for w in caught])
+    return raised
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_iterable_length_warning_is_raised_at_handout(backend: str, num_workers: int) -> None:
-    loader = DataLoaderX(ShortLenIterable(6, 3), batch_size=1, backend=backend)
-    assert len(loader) == 3
+    dataset = ShortLenIterable(6, 3)  # the warning names it: the same one for both loaders
+    reference, loader = both(dataset, backend, batch_size=1, num_workers=num_workers)
+    assert len(loader) == len(reference) == 3
+    expected_iter = iter(reference)
+    expected = _warnings_per_call(expected_iter, 4)
+    del expected_iter
+    assert expected[:3] == [[], [], []]
+    assert len(expected[3]) == 1
+    assert "Length of IterableDataset" in expected[3][0]
     iterator = iter(loader)
-    with warnings.catch_warnings(record=True) as early:
+    early = _warnings_per_call(iterator, 3)
+    with warnings.catch_warnings(record=True) as meanwhile:
         warnings.simplefilter("always")
-        for _ in range(3):
-            next(iterator)
-        time.sleep(0.05)  # let the producer make batch 4 (and raise its warning) meanwhile
-    assert early == []
-    with pytest.warns(UserWarning, match="Length of IterableDataset"):
-        next(iterator)
+        wait_until_made_ahead(iterator, 1)  # batch 4, which warns, is made meanwhile
+    assert meanwhile == []
+    assert early + _warnings_per_call(iterator, 1) == expected
     iterator.close()
 
 
@@ -429,7 +465,7 @@ def test_warnings_from_a_producer_are_not_shown_in_other_threads(backend: str) -
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         next(iterator)  # item 0; the producer makes item 1 (which warns) meanwhile
-        time.sleep(0.05)
+        wait_until_made_ahead(iterator, 1)
         seen_before_handout = [str(w.message) for w in caught]
         next(iterator)
         seen_after_handout = [str(w.message) for w in caught]
@@ -459,11 +495,44 @@ def test_iterator_delegates_pytorch_internals(backend: str) -> None:
     gc.collect()
 
 
-def test_slow_batches_still_stop_promptly(backend: str) -> None:
+class StuckFrom(Dataset[torch.Tensor]):
+    """Items from ``stuck_from`` on wait for ``go`` (a minute at most: longer than the test
+    may take); counts the items begun, which one thread at a time reads."""
+
+    def __init__(self, size: int, stuck_from: int) -> None:
+        self.size = size
+        self.stuck_from = stuck_from
+        self.go = threading.Event()
+        self.stuck_ended = threading.Event()
+        self.begun = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        self.begun += 1
+        if index >= self.stuck_from:
+            self.go.wait(timeout=60)
+            self.stuck_ended.set()
+        return torch.tensor(index)
+
+
+def test_leaving_during_a_batch_that_never_ends_stops_the_producer_after_it(
+    backend: str,
+) -> None:
     threads = set(threading.enumerate())
-    loader = DataLoaderX(SlowDataset(50, 0.05), batch_size=1, backend=backend)
+    children = child_pids()
+    dataset = StuckFrom(50, stuck_from=2)
+    loader = DataLoaderX(dataset, batch_size=1, backend=backend)
     for index, _ in enumerate(loader):
         if index == 1:
             break
-    left, _ = wait_until_clean(threads, set(), within=1.0)
-    assert left == []
+    # Leaving did not wait for the batch under way (if any), which only ``go`` ends ...
+    assert not dataset.stuck_ended.is_set()
+    begun = dataset.begun
+    dataset.go.set()
+    left_threads, left_children = wait_until_clean(threads, children, within=CLEAN_WITHIN)
+    assert left_threads == []
+    assert left_children == set()
+    # ... and the producer began no batch after it.
+    assert dataset.begun == begun

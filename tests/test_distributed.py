@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dataloaderx import available_backends
-from tests.reliability_support import SCRIPTS, free_port, run_scenario
+from tests.reliability_support import SCRIPTS, run_scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -21,10 +21,11 @@ def test_two_ranks_match_dataloader_and_cover_the_dataset(tmp_path: Path) -> Non
         [
             "-m",
             "torch.distributed.run",
+            # A rendezvous store on a port its server binds itself (port 0), shared with
+            # the ranks: no port is picked ahead, which another job could take meanwhile.
+            "--standalone",
             "--nnodes=1",
             "--nproc-per-node=2",
-            "--master-addr=127.0.0.1",
-            f"--master-port={free_port()}",
             str(SCRIPTS / "ddp.py"),
             str(out),
         ],

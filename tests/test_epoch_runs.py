@@ -28,18 +28,26 @@ from tests.helpers import (
 
 pytestmark = pytest.mark.timeout(60)
 
-#: Backends that make batches inline here: ``sync`` always, ``thread`` once decided (a
-#: tiny dataset and an empty loop: a producer thread cannot pay).
+#: Backends that make batches inline here: ``sync`` always, ``thread`` as the scripted
+#: always-inline policy below says (the measured decision would pick inline too, for a tiny
+#: dataset and an empty loop, but not on every run of a loaded machine).
 INLINE_BACKENDS = ["sync", "thread"]
 
 
+@pytest.fixture(autouse=True)
+def always_inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adaptive loaders of these tests make every batch inline, in runs of up to 63 batches
+    reported at once (one batch in 64 is measured, and reported, on its own)."""
+    monkeypatch.setattr(mode_decision, "new_policy", lambda: SwitchingPolicy("I", probe_every=64))
+
+
 def inline_loader(backend: str, dataset: Dataset[Any], **kwargs: Any) -> DataLoaderX[Any]:
-    """A loader of ``backend`` whose batches are made inline from its second epoch on."""
+    """A loader of ``backend`` that made one epoch inline already: the next is its second."""
     loader = DataLoaderX(dataset, backend=backend, **kwargs)
-    run_events(iter(loader))  # the adaptive decision
+    run_events(iter(loader))
     stats = loader.stats
-    if stats is not None and stats.mode is not None and not stats.mode.startswith("inline"):
-        pytest.skip(f"prefetching paid on this machine: {stats.mode}")
+    assert stats is not None
+    assert stats.mode is None or stats.mode.startswith("inline"), stats.mode
     return loader
 
 

@@ -1,7 +1,8 @@
-"""Ctrl-C, a killed worker and ``timeout=``: the loader fails the way DataLoader does, promptly."""
+"""Ctrl-C, a killed worker and ``timeout=``: the loader fails the way DataLoader does."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -26,6 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 #: Seconds the scenario may take to import torch and hand out its first batch.
 STARTUP_SECONDS = 60.0
+#: Seconds each later step of the Ctrl-C scenario may take on a loaded machine: far more
+#: than any step needs, far less than the batch the loop waits for (an hour).
+INTERRUPT_SECONDS = 30.0
 
 
 def _lines(stream: Any, into: queue.Queue[str]) -> None:
@@ -44,10 +48,11 @@ def _next_line(lines: queue.Queue[str], timeout: float) -> str:
     ("num_workers", "worker_method"),
     [(0, "multiprocessing"), (2, "multiprocessing"), (2, "thread")],
 )
-def test_ctrl_c_reaches_the_consumer_within_a_second(
+def test_ctrl_c_interrupts_the_wait_for_a_batch(
     backend: str, num_workers: int, worker_method: str
 ) -> None:
-    # Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
+    # The batch the loop waits for takes an hour (scenarios/ctrl_c.py): only an interrupted
+    # wait can report within this test's deadlines, and the process exits without it.
     process = subprocess.Popen(
         scenario_command("ctrl_c.py", backend, str(num_workers), worker_method),
         env=scenario_env(),
@@ -61,23 +66,22 @@ def test_ctrl_c_reaches_the_consumer_within_a_second(
     reader.start()
     try:
         assert _next_line(lines, STARTUP_SECONDS) == "READY"
-        time.sleep(0.3)  # mid-epoch: the consumer is waiting for a slow batch
-        sent = time.time()
+        assert _next_line(lines, INTERRUPT_SECONDS) == "WAITING"  # inside next()
+        # Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
         os.killpg(process.pid, signal.SIGINT)
-        report = _next_line(lines, 5.0)
-        returncode = process.wait(timeout=max(0.1, sent + 5.0 - time.time()))
-        exited = time.time()
+        report = _next_line(lines, INTERRUPT_SECONDS)
+        returncode = process.wait(timeout=INTERRUPT_SECONDS)
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            process.kill()
             process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # a worker left sleeping, if any
         reader.join()
     assert process.stderr is not None
     stderr = process.stderr.read()
     process.stderr.close()
-    assert report.startswith("INTERRUPTED "), (report, stderr)
-    assert float(report.split()[1]) - sent < 1.0
-    assert exited - sent < 5.0
+    assert report == "INTERRUPTED", (report, stderr)
     assert returncode == -signal.SIGINT, stderr
     assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
     assert "Exception ignored" not in stderr, stderr
@@ -102,24 +106,32 @@ def test_killed_worker_raises_dataloaders_error_and_the_next_loader_works(backen
     assert outcome["next_loader_works"] is True
 
 
-TIMEOUT, STUCK_FOR = 0.5, 2.5
+#: DataLoader's ``timeout``. A backend that prefetches from ``iter()`` on (``background``)
+#: reads batch 0 at once, timed from there: this covers a fresh worker's start on a loaded
+#: machine (at most 0.4 s measured), so that only the stuck item can time out.
+TIMEOUT = 2.0
 
 
-def _stuck(cls: type[DataLoader[Any]], **kwargs: Any) -> tuple[list[Any], float]:
-    """Events up to the first error from a loader whose third item hangs, and when it came."""
-    loader = cls(
-        StuckDataset(6, stuck_at=2, stuck_for=STUCK_FOR),
-        batch_size=1,
-        num_workers=1,
-        timeout=TIMEOUT,
-        **kwargs,
-    )
+def _stuck(cls: type[DataLoader[Any]], **kwargs: Any) -> tuple[list[Any], float, bool]:
+    """Events up to the first error from a loader whose third item is stuck; how long after
+    ``iter()`` the error came; and whether the item was still stuck then.
+
+    The first two batches are made before the loop asks for any: no read of the loop's own
+    (DataLoader's, or an inline batch's) waits for the worker to start.
+    """
+    dataset = StuckDataset(6, stuck_at=2)
+    loader = cls(dataset, batch_size=1, num_workers=1, timeout=TIMEOUT, **kwargs)
     started = time.monotonic()
     iterator = iter(loader)
-    events = run_events_until_error(iterator)
-    failed_after = time.monotonic() - started
-    del iterator
-    return events, failed_after
+    try:
+        assert dataset.made_before.wait(STARTUP_SECONDS), "the worker did not make batch 1"
+        events = run_events_until_error(iterator)
+        failed_after = time.monotonic() - started
+        still_stuck = not dataset.release.is_set()
+    finally:
+        dataset.release.set()  # the worker's item ends, and the worker with the iterator
+        del iterator
+    return events, failed_after, still_stuck
 
 
 EXPECTED_TIMEOUT_EVENTS = [
@@ -130,15 +142,17 @@ EXPECTED_TIMEOUT_EVENTS = [
 
 
 def test_dataloader_reference_for_a_stuck_worker() -> None:
-    events, failed_after = _stuck(DataLoader)
+    events, failed_after, still_stuck = _stuck(DataLoader)
     assert events == EXPECTED_TIMEOUT_EVENTS
-    assert TIMEOUT <= failed_after < STUCK_FOR
+    assert failed_after >= TIMEOUT  # it waited the timeout out ...
+    assert still_stuck  # ... but not for the item, which never came
 
 
 def test_stuck_worker_times_out_like_dataloader(backend: str) -> None:
-    events, failed_after = _stuck(DataLoaderX, backend=backend)
+    events, failed_after, still_stuck = _stuck(DataLoaderX, backend=backend)
     assert events == EXPECTED_TIMEOUT_EVENTS
-    assert TIMEOUT <= failed_after < STUCK_FOR
+    assert failed_after >= TIMEOUT
+    assert still_stuck
 
 
 def run_events_until_error(iterator: Any) -> list[tuple[str, Any, Any]]:

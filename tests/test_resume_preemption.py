@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,10 +22,15 @@ def consumed(workdir: Path) -> list[str]:
 
 
 def kill_after(workdir: Path, args: list[str], steps: int) -> None:
-    """Start the job and SIGKILL it (and its workers) once it has logged ``steps`` steps."""
+    """Start the job and SIGKILL it (and its workers) once it has logged ``steps`` steps.
+
+    The job holds at its end until its standard input closes, which only the kill does: it
+    cannot end by itself between a look at its log and the kill, however late that comes.
+    """
     process = subprocess.Popen(
-        scenario_command("preempt.py", str(workdir), *args),
+        [*scenario_command("preempt.py", str(workdir), *args), "--hold"],
         env=scenario_env(),
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -42,22 +47,41 @@ def kill_after(workdir: Path, args: list[str], steps: int) -> None:
         process.communicate()
 
 
+#: Where the first job is killed (it may log a few more steps before the kill lands; the
+#: checks allow for any number): just after its first save, just into the second epoch (of
+#: 30 steps each), and at the last step but one.
+KILL_AT = [EVERY + 1, 31, TOTAL_STEPS - 2]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[list[str]], list[str]]:
+    """The steps an uninterrupted job logs with the given arguments (one run each)."""
+    runs: dict[tuple[str, ...], list[str]] = {}
+
+    def steps(args: list[str]) -> list[str]:
+        if tuple(args) not in runs:
+            workdir = tmp_path_factory.mktemp("uninterrupted")
+            report = scenario_report("preempt.py", [str(workdir), *args], timeout=60)
+            assert report == {"started_at": 0, "steps": TOTAL_STEPS}
+            runs[tuple(args)] = consumed(workdir)
+        return runs[tuple(args)]
+
+    return steps
+
+
+@pytest.mark.parametrize("kill_at", KILL_AT)
 @pytest.mark.parametrize(("backend", "workers"), [("thread", 0), ("background", 2)])
 def test_sigkill_then_resume_equals_one_uninterrupted_run(
-    tmp_path: Path, backend: str, workers: int
+    tmp_path: Path,
+    uninterrupted: Callable[[list[str]], list[str]],
+    backend: str,
+    workers: int,
+    kill_at: int,
 ) -> None:
     args = [backend, str(workers), str(EVERY)]
-    reference_dir = tmp_path / "reference"
-    reference_dir.mkdir()
-    assert scenario_report("preempt.py", [str(reference_dir), *args], timeout=60) == {
-        "started_at": 0,
-        "steps": TOTAL_STEPS,
-    }
-    reference = consumed(reference_dir)
-
+    reference = uninterrupted(args)
     workdir = tmp_path / "preempted"
     workdir.mkdir()
-    kill_at = random.randrange(EVERY + 1, TOTAL_STEPS - 1)
     kill_after(workdir, args, kill_at)
     first = consumed(workdir)
     assert (workdir / "state.pt").exists()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import sys
+import threading
 import time
 from typing import Any
 
@@ -17,7 +19,13 @@ from dataloaderx.engine.depth import BufferUsage, fixed_usage
 from dataloaderx.engine.stream import Stream, as_stream
 from dataloaderx.epoch.slot import ProducerSlot
 from dataloaderx.stats import LoaderStats
-from tests.helpers import RangeDataset, SlowDataset, SwitchingPolicy, always_prefetching
+from tests.helpers import (
+    RangeDataset,
+    SlowDataset,
+    SwitchingPolicy,
+    always_prefetching,
+    wait_until_run_ahead,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,11 +52,52 @@ def test_input_bound_run_is_classified_input_bound(backend: str) -> None:
     assert "try " in stats.summary()
 
 
-def test_compute_bound_run_is_classified_compute_bound(backend: str) -> None:
+class FakeClock:
+    """A ``perf_counter`` that moves 1 µs per reading (so that every span is positive) and
+    otherwise only when the test says: the library's times, free of scheduling noise."""
+
+    TICK = 1e-6
+
+    def __init__(self) -> None:
+        self._now = 1000.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            self._now += self.TICK
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """``time.perf_counter``, and every name a ``dataloaderx`` module bound it to, as a fake."""
+    clock = FakeClock()
+    real = time.perf_counter
+    for name, module in list(sys.modules.items()):
+        if name == "dataloaderx" or name.startswith("dataloaderx."):
+            for attribute, value in list(vars(module).items()):
+                if value is real:
+                    monkeypatch.setattr(module, attribute, clock)
+    monkeypatch.setattr(time, "perf_counter", clock)
+    return clock
+
+
+def test_compute_bound_run_is_classified_compute_bound(backend: str, fake_clock: FakeClock) -> None:
+    # Each step takes SLOW seconds of the fake clock and nothing else moves it but a tick per
+    # reading: the loop waits a few microseconds in all, however the threads were scheduled.
     loader = DataLoaderX(RangeDataset(10), batch_size=1, backend=backend)
-    assert consume(loader, step_seconds=SLOW) == 10
+    count = 0
+    for _ in loader:
+        fake_clock.advance(SLOW)
+        count += 1
+    assert count == 10
     stats = loader.stats
     assert stats is not None
+    assert stats.elapsed_seconds >= 10 * SLOW
     assert stats.bound == "compute-bound"
     assert stats.summary().startswith("compute-bound: data was ready ")
 
@@ -96,7 +145,9 @@ def test_producer_blocked_time_only_for_threaded_backends(backend: str) -> None:
 def test_threaded_backends_report_buffered_batches(backend: str) -> None:
     options = always_prefetching(backend)
     loader = DataLoaderX(RangeDataset(12), batch_size=1, backend=backend, backend_options=options)
-    consume(loader, step_seconds=0.01)
+    iterator = iter(loader)
+    for _ in iterator:
+        wait_until_run_ahead(iterator)  # the producer, if any, runs ahead during the step
     stats = loader.stats
     assert stats is not None
     if backend == "sync":

@@ -1,17 +1,36 @@
-"""Iterate a slow DataLoaderX until SIGINT arrives; report when KeyboardInterrupt reached us.
+"""Iterate a DataLoaderX whose second batch never comes until SIGINT arrives; report it.
 
-Usage: ctrl_c.py BACKEND NUM_WORKERS [WORKER_METHOD]. Prints ``READY`` after the first batch, then
-``INTERRUPTED <time.time()>`` when the loop sees ``KeyboardInterrupt``, which it re-raises.
+Usage: ctrl_c.py BACKEND NUM_WORKERS [WORKER_METHOD]. Prints ``READY`` after the first batch,
+``WAITING`` once the loop is inside ``next()`` for the second (every item but the first
+sleeps for ``STALL_SECONDS``, far longer than the test waits), then ``INTERRUPTED`` when
+the loop sees ``KeyboardInterrupt``, which it re-raises.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
 
-from dataloaderx import DataLoaderX
-from tests.helpers import SlowDataset
+from dataloaderx import DataLoaderX, PrefetchIterator
+from tests.helpers import StallingDataset
+
+#: How long each item but the first takes: the batch the loop waits for never comes in time.
+STALL_SECONDS = 3600.0
+
+
+def announce_the_wait(loop: int) -> None:
+    """Print ``WAITING`` once the thread ``loop`` is inside ``PrefetchIterator.__next__``."""
+    code = PrefetchIterator.__next__.__code__
+    while True:
+        frame = sys._current_frames().get(loop)
+        while frame is not None and frame.f_code is not code:
+            frame = frame.f_back
+        if frame is not None:
+            print("WAITING", flush=True)
+            return
+        time.sleep(0.005)
 
 
 def main(backend: str, num_workers: int, worker_method: str) -> None:
@@ -19,20 +38,25 @@ def main(backend: str, num_workers: int, worker_method: str) -> None:
     # Python then installs no handler: restore the one a terminal's Ctrl-C meets.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     loader = DataLoaderX(
-        SlowDataset(10_000, 0.2),
+        StallingDataset(10_000, STALL_SECONDS),
         batch_size=1,
         num_workers=num_workers,
         worker_method=worker_method,
         backend=backend,
     )
     try:
-        for index, _batch in enumerate(loader):
-            if index == 0:
-                print("READY", flush=True)
+        iterator = iter(loader)
+        next(iterator)
+        print("READY", flush=True)
+        watcher = threading.Thread(
+            target=announce_the_wait, args=(threading.get_ident(),), daemon=True
+        )
+        watcher.start()
+        next(iterator)
     except KeyboardInterrupt:
-        print(f"INTERRUPTED {time.time()}", flush=True)
+        print("INTERRUPTED", flush=True)
         raise
-    print("EPOCH ENDED WITHOUT AN INTERRUPT", flush=True)
+    print("THE STALLED BATCH CAME", flush=True)
 
 
 if __name__ == "__main__":

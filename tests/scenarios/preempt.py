@@ -1,10 +1,12 @@
 """A training job that saves its loader's state every few steps and can be killed at any time.
 
-Usage: preempt.py WORKDIR BACKEND NUM_WORKERS EVERY. Each step appends the batch's
+Usage: preempt.py WORKDIR BACKEND NUM_WORKERS EVERY [--hold]. Each step appends the batch's
 indices to ``WORKDIR/consumed.log`` (one write per line); every ``EVERY`` steps the job
 saves ``{"loader": loader.state_dict(), "epoch": ..., "steps": ...}`` to
 ``WORKDIR/state.pt`` atomically. If that file exists at start, the job resumes from it.
-Prints one JSON line at the end: the step it started from and the steps it took.
+Prints one JSON line at the end: the step it started from and the steps it took. With
+``--hold`` it first waits for its standard input to close: a job to be killed is never
+found to have ended before the kill, however late it comes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ EPOCHS = 2
 STEP_SECONDS = 0.01
 
 
-def main(workdir: Path, backend: str, num_workers: int, every: int) -> None:
+def main(workdir: Path, backend: str, num_workers: int, every: int, hold: bool) -> None:
     generator = torch.Generator()
     generator.manual_seed(1234)
     loader = DataLoaderX(
@@ -55,8 +57,12 @@ def main(workdir: Path, backend: str, num_workers: int, every: int) -> None:
                 torch.save(saved, workdir / "state.tmp")
                 os.replace(workdir / "state.tmp", state_path)
     os.close(log)
+    if hold:
+        sys.stdin.read()
     print(json.dumps({"started_at": started_at, "steps": steps}))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    main(
+        Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), "--hold" in sys.argv[5:]
+    )
