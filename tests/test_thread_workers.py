@@ -256,6 +256,30 @@ def test_worker_processes_still_see_their_own_info_after_threads_ran() -> None:
     assert_same(list(DataLoaderX(WhoMadeIt(), **options)), reference)
 
 
+def test_default_collate_stacks_in_process_memory_and_a_collate_fn_sees_the_worker(
+    backend: str,
+) -> None:
+    # torch's default_collate stacks a worker's tensors into shared memory, meant for the
+    # hand-over to another process; a worker thread hands its batch over as it is. Should a
+    # torch ask get_worker_info() from elsewhere for that, the batches are shared again here.
+    in_collate: list[Any] = []
+
+    def collate(items: list[torch.Tensor]) -> torch.Tensor:
+        in_collate.append(get_worker_info())
+        return torch.utils.data.default_collate(items)
+
+    dataset = RangeDataset(8)
+    default = DataLoaderX(dataset, batch_size=2, num_workers=2, backend=backend, **THREADS)
+    assert not any(batch.is_shared() for batch in default)
+    processes = list(DataLoader(dataset, batch_size=2, num_workers=2))
+    assert all(batch.is_shared() for batch in processes)  # what the check above tells apart
+    custom = DataLoaderX(
+        dataset, batch_size=2, num_workers=2, collate_fn=collate, backend=backend, **THREADS
+    )
+    assert_same(list(custom), processes)
+    assert sorted(info.id for info in in_collate) == [0, 0, 1, 1]
+
+
 # 3. worker_init_fn ---------------------------------------------------------------------
 
 

@@ -7,6 +7,12 @@ that returns the calling thread's info when the thread is a worker thread, and t
 otherwise: ``None`` in the loop's thread, a worker process's info in a worker process.
 The original body is checked first; :func:`install` refuses a torch whose function is not
 the plain return of that global.
+
+One caller is answered as in the loop's thread: torch's ``collate_tensor_fn`` (the tensor
+case of ``default_collate``), which takes a worker's info as the sign that its batch goes
+to another process, and stacks it into a new shared-memory segment. A worker thread hands
+its batch over as an object, and a shared-memory segment per batch made its collation
+about twice as slow (``docs/thread-workers.md``).
 """
 
 from __future__ import annotations
@@ -20,12 +26,16 @@ from typing import Any, Final
 import numpy
 import torch
 from torch.utils.data import Dataset
+from torch.utils.data._utils import collate as torch_collate
 from torch.utils.data._utils import worker as torch_worker
 
 __all__ = ["install", "set_thread_info", "worker_info"]
 
-#: The name under which the local is reachable from ``get_worker_info``'s globals.
+#: The name under which :func:`_calling_thread_info` is reachable from ``get_worker_info``'s
+#: globals.
 _GLOBAL_NAME: Final = "_dataloaderx_worker_threads"
+#: The code of the one caller that reads a worker's info as "stack into shared memory".
+_SHARED_MEMORY_COLLATION: Final = torch_collate.collate_tensor_fn.__code__
 #: Fields PyTorch's ``WorkerInfo`` has for thread workers (torch >= 2.10 or so).
 _THREAD_FIELDS: Final = {"rng", "worker_method"}
 
@@ -41,8 +51,15 @@ _installed = False
 
 
 def _thread_aware() -> Any:  # the body given to torch's get_worker_info, in its module
-    info = _dataloaderx_worker_threads.info  # type: ignore[name-defined]  # noqa: F821
-    return _worker_info if info is None else info  # type: ignore[name-defined]  # noqa: F821
+    return _dataloaderx_worker_threads(_worker_info)  # type: ignore[name-defined]  # noqa: F821
+
+
+def _calling_thread_info(process_info: Any) -> Any:
+    """What ``get_worker_info()`` returns to its caller, given the module global."""
+    info = _LOCAL.info
+    if info is None or sys._getframe(2).f_code is _SHARED_MEMORY_COLLATION:
+        return process_info
+    return info
 
 
 def install() -> None:
@@ -60,7 +77,7 @@ def install() -> None:
                 f"the module global _worker_info, and this torch ({torch.__version__}) "
                 "defines it otherwise; use worker_method='multiprocessing'"
             )
-        vars(torch_worker)[_GLOBAL_NAME] = _LOCAL
+        vars(torch_worker)[_GLOBAL_NAME] = _calling_thread_info
         renamed = {"co_name": original.co_name}
         if sys.version_info >= (3, 11):
             renamed["co_qualname"] = original.co_qualname
