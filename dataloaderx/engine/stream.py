@@ -181,3 +181,16 @@ class _Foreign(Stream[T]):
 def as_stream(opened: BatchStream[T]) -> Stream[T]:
     """What ``Backend.open`` returned, as a :class:`Stream`."""
     return opened if isinstance(opened, Stream) else _Foreign(opened)
+
+
+class _Empty(Stream[Any]):
+    """A stream with no batch: where no producer starts because the epoch has none left."""
+
+    def __next__(self) -> Any:
+        raise StopIteration
+
+    def close(self) -> None:
+        """Nothing runs."""
+
+
+EMPTY: Final[Stream[Any]] = _Empty()

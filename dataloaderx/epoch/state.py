@@ -10,7 +10,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from dataloaderx.contracts.backend import Backend
 from dataloaderx.contracts.policy import INLINE, PREFETCH, Verdict
-from dataloaderx.engine.stream import Stream, as_stream
+from dataloaderx.engine.stream import EMPTY, Stream, as_stream
 from dataloaderx.epoch.feed import Feed, Skipping, Stop, read_ahead_limit
 from dataloaderx.epoch.position import Position, Tracking
 from dataloaderx.epoch.run import ENDLESS, TAIL
@@ -31,19 +31,6 @@ class _Switched:
 
 
 SWITCHED: Final = _Switched()
-
-
-class _NothingLeft(Stream[Any]):
-    """The stream of a producer that was not started: the epoch has no batch left."""
-
-    def __next__(self) -> Any:
-        raise StopIteration
-
-    def close(self) -> None:
-        """Nothing runs."""
-
-
-_NOTHING_LEFT: Final = _NothingLeft()
 
 
 def _reader(
@@ -199,7 +186,7 @@ class EpochState(Generic[T]):
         left = self.position.unread()
         self.feed.resume(left)
         # With nothing left, nothing starts until the loop asks past the last batch.
-        stream = _NOTHING_LEFT if left == 0 else as_stream(self.backend.open(self.feed))
+        stream = EMPTY if left == 0 else as_stream(self.backend.open(self.feed))
         self.slot.hold(stream)
         self.stream = stream
 
