@@ -206,3 +206,21 @@ def test_pin_memory_true_batches_arrive_on_the_device_without_dataloaders_pin_th
     expected = list(DataLoader(dataset, batch_size=4))
     assert all(batch.device.type == "cuda" for batch in batches)
     assert all(torch.equal(b.cpu(), e) for b, e in zip(batches, expected, strict=True))
+
+
+@pytest.mark.parametrize("backend", ["sync", "thread", "cuda"])
+def test_worker_threads_pin_and_copy_as_worker_processes_do(backend: str) -> None:
+    """Worker threads pin each batch in the thread that made it, on the loop's current device
+    (a new thread starts on device 0); with ``cuda`` the backend pins, and they do not."""
+    dataset = ShiftedDataset(24, 100_000)
+    options = {"batch_size": 4, "num_workers": 2, "pin_memory": True}
+    loader = DataLoaderX(dataset, backend=backend, worker_method="thread", **options)
+    batches = list(loader)
+    expected = list(DataLoader(dataset, **options))
+    assert len(batches) == len(expected) == 6
+    for batch, want in zip(batches, expected, strict=True):
+        if backend == "cuda":
+            assert batch.device.type == "cuda"
+        else:
+            assert batch.is_pinned()
+        assert torch.equal(batch.cpu(), want)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import Counter as Tally
 from collections.abc import Iterator
@@ -296,18 +297,17 @@ class InitCalls:
             self.calls.append((worker_id, threading.current_thread(), info and info.id))
 
 
+def eight_items_two_workers(backend: str, **kwargs: Any) -> DataLoaderX[torch.Tensor]:
+    """4 batches of 2 from 2 worker threads."""
+    return DataLoaderX(
+        RangeDataset(8), batch_size=2, num_workers=2, backend=backend, **THREADS, **kwargs
+    )
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_worker_init_fn_runs_once_per_worker_thread(backend: str, persistent: bool) -> None:
     init = InitCalls()
-    loader = DataLoaderX(
-        RangeDataset(8),
-        batch_size=2,
-        num_workers=2,
-        persistent_workers=persistent,
-        worker_init_fn=init,
-        backend=backend,
-        **THREADS,
-    )
+    loader = eight_items_two_workers(backend, worker_init_fn=init, persistent_workers=persistent)
     for _ in range(3):
         assert len(list(loader)) == 4
     epochs = 1 if persistent else 3
@@ -321,14 +321,7 @@ def test_a_failing_worker_init_fn_fails_that_workers_first_batch(backend: str) -
         if worker_id == 1:
             raise OSError("no such shard")
 
-    loader = DataLoaderX(
-        RangeDataset(8),
-        batch_size=2,
-        num_workers=2,
-        worker_init_fn=init,
-        backend=backend,
-        **THREADS,
-    )
+    loader = eight_items_two_workers(backend, worker_init_fn=init)
     events = run_events(iter(loader))
     assert [kind for kind, _, _ in events] == ["batch", "error", "batch", "error"]
     for _, error_type, message in events[1::2]:  # its first batch, as a process; and the rest
@@ -426,6 +419,21 @@ def test_a_worker_ended_by_systemexit_is_reported_as_a_dead_worker_is(backend: s
             pass
     assert "DataLoader worker thread 1 exited unexpectedly" in str(caught.value)
     assert isinstance(caught.value.__cause__, SystemExit)
+
+
+def test_pin_memory_behaves_as_with_worker_processes(backend: str) -> None:
+    options = {"batch_size": 4, "num_workers": 2, "pin_memory": True}
+    reference, loader = processes_and_threads(RangeDataset(10), backend, **options)
+    with warnings.catch_warnings(record=True) as expected_warnings:
+        warnings.simplefilter("always")
+        expected = list(reference)
+    with warnings.catch_warnings(record=True) as actual_warnings:
+        warnings.simplefilter("always")
+        actual = list(loader)
+    assert_same(actual, expected)
+    assert [str(w.message) for w in actual_warnings] == [str(w.message) for w in expected_warnings]
+    if torch.accelerator.is_available() and not loader.prefetch_backend.pins_host_memory():
+        assert all(batch.is_pinned() for batch in actual)
 
 
 # 5. Shutdown ---------------------------------------------------------------------------
