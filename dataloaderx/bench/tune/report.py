@@ -192,6 +192,7 @@ def as_json(result: TuneResult) -> str:
             "setting": answer.best.label,
             "code": as_code(answer.best, batch_size),
             "yaml": as_yaml(answer.best, batch_size),
+            "num_workers": answer.best.num_workers,
             "worker_method": answer.best.worker_method,
             "peak_bytes": result.peak_bytes(answer.best),
             "runner_up": None if answer.runner_up is None else answer.runner_up.label,
