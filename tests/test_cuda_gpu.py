@@ -134,14 +134,15 @@ def test_transform_runs_on_the_side_stream_and_user_stream_waits() -> None:
         seen.append((stream.stream_id, stream.device_index))
         return batch.float() / 255
 
-    options = {"transform": transform, "memory_format": torch.channels_last}
+    # adaptive=False: batches this small are otherwise copied inline, on the user's stream.
+    options = {"transform": transform, "memory_format": torch.channels_last, "adaptive": False}
     loader = DataLoaderX(ImageDataset(), batch_size=4, backend="cuda", backend_options=options)
     user = torch.cuda.Stream()
     with torch.cuda.stream(user):
         batches = [batch * 255 for batch in loader]  # computed on the user's stream
         results = [batch.round().to(torch.uint8).cpu() for batch in batches]
     device = torch.device("cuda", torch.cuda.current_device())
-    side = loader.prefetch_backend.side_stream(device)  # type: ignore[attr-defined]
+    side = loader.prefetch_backend._device.side_stream(device)  # type: ignore[attr-defined]
     assert set(seen) == {(side.stream_id, side.device_index)}
     assert (user.stream_id, user.device_index) not in seen
     assert (torch.cuda.default_stream().stream_id, device.index) not in seen

@@ -431,7 +431,9 @@ def test_pin_memory_behaves_as_with_worker_processes(backend: str) -> None:
         warnings.simplefilter("always")
         actual = list(loader)
     assert_same(actual, expected)
-    assert [str(w.message) for w in actual_warnings] == [str(w.message) for w in expected_warnings]
+    # (Python 3.12 warns of the reference's forks from a process with threads: not compared.)
+    said = [str(w.message) for w in actual_warnings if w.category is UserWarning]
+    assert said == [str(w.message) for w in expected_warnings if w.category is UserWarning]
     if torch.accelerator.is_available() and not loader.prefetch_backend.pins_host_memory():
         assert all(batch.is_pinned() for batch in actual)
 
