@@ -32,8 +32,10 @@ from torch.utils.data import (
     SequentialSampler,
     get_worker_info,
 )
+from torch.utils.data._utils import worker as torch_worker
 
 import dataloaderx.loader as loader_module
+import dataloaderx.workers.info as info_module
 from dataloaderx import DataLoaderX
 from dataloaderx.workers.iterator import ThreadWorkersIterator
 from dataloaderx.workers.method import dataloader_takes_worker_method
@@ -55,12 +57,15 @@ pytestmark = [
 ]
 
 THREADS = {"worker_method": "thread"}
+#: Whether this torch's ``WorkerInfo`` has the ``rng`` field (2.13 has it, 2.11 has not).
+HAS_RNG = "rng" in getattr(torch_worker.WorkerInfo, "__dataclass_fields__", {})
 
 
 class WhoMadeIt(Dataset[torch.Tensor]):
     """Item ``i``: ``i``, the worker's id and seed, and one draw of each generator the worker
     is meant to draw from: ``get_worker_info().rng`` where torch fills it (worker threads),
-    else the globals a worker process seeds. Both start from the same states."""
+    else the globals a worker process seeds. Both start from the same states. Without the
+    field, worker threads have only the shared globals: no draws are compared."""
 
     def __len__(self) -> int:
         return 37
@@ -68,8 +73,10 @@ class WhoMadeIt(Dataset[torch.Tensor]):
     def __getitem__(self, index: int) -> torch.Tensor:
         info = get_worker_info()
         assert info is not None
-        rng = info.rng
-        if rng is None:
+        rng = info.rng if HAS_RNG else None
+        if not HAS_RNG:
+            draws = [0.0, 0.0, 0.0]
+        elif rng is None:
             draws = [random.random(), torch.rand(()).item(), numpy.random.rand()]
         else:
             draws = [
@@ -279,6 +286,38 @@ def test_default_collate_stacks_in_process_memory_and_a_collate_fn_sees_the_work
     )
     assert_same(list(custom), processes)
     assert sorted(info.id for info in in_collate) == [0, 0, 1, 1]
+
+
+class KeywordWorkerInfo:
+    """``WorkerInfo`` as torch defined it before its ``rng`` and ``worker_method`` fields: a
+    plain class that takes its attributes as keywords, and refuses new ones after."""
+
+    def __init__(self, **fields: Any) -> None:
+        vars(self).update(fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise RuntimeError(f"Cannot assign attributes to {type(self).__name__} objects")
+
+
+def test_a_torch_without_the_rng_field_gets_worker_info_without_it(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch_worker, "WorkerInfo", KeywordWorkerInfo)
+    info = info_module.worker_info(RangeDataset(4), 1, 2, base_seed=10)
+    assert (info.id, info.num_workers, info.seed) == (1, 2, 11)
+    assert not hasattr(info, "rng")
+    assert not hasattr(info, "worker_method")
+    seen: list[Any] = []
+
+    class Recording(RangeDataset):
+        def __getitem__(self, index: int) -> torch.Tensor:
+            seen.append(get_worker_info())
+            return super().__getitem__(index)
+
+    loader = DataLoaderX(Recording(6), batch_size=2, num_workers=2, backend=backend, **THREADS)
+    assert_same(list(loader), list(DataLoader(RangeDataset(6), batch_size=2)))
+    assert all(isinstance(info, KeywordWorkerInfo) for info in seen)
+    assert sorted({info.id for info in seen}) == [0, 1]
 
 
 # 3. worker_init_fn ---------------------------------------------------------------------
