@@ -163,7 +163,7 @@ def test_processes_climb_when_threads_stop_paying() -> None:
     assert (best.num_workers, best.worker_method) == (8, MULTIPROCESSING)
 
 
-def test_the_first_round_goes_count_by_count_processes_first_each_setting_once() -> None:
+def test_the_first_round_climbs_with_probes_then_fills_in_the_best_counts() -> None:
     order: list[Setting] = []
     clock = FakeClock()
     measure = fake_measure(clock, lambda setting: 10.0 + setting.num_workers)
@@ -175,10 +175,26 @@ def test_the_first_round_goes_count_by_count_processes_first_each_setting_once()
     result = run_sweep(LADDERS, OWN, recording, budget=Budget(1000.0, clock), progress=Quiet())
     first = order[: len(result.runs)]
     assert first == list(result.runs)  # every setting once, then the rounds
-    assert first == LADDERS.all_settings()
-    steps = [(s.num_workers, s.worker_method == THREAD) for s in first]
-    assert steps == sorted(steps)
-    assert not [s for s in first if s.num_workers == 0 and s.worker_method == THREAD]
+    assert result.worker_counts == {MULTIPROCESSING: (0, 1, 2, 4, 8), THREAD: (0, 1, 2, 4, 8, 16)}
+    probes = [LADDERS.probe(count, MULTIPROCESSING) for count in (0, 1, 2, 4, 8)]
+    probes += [LADDERS.probe(count, THREAD) for count in (1, 2, 4, 8, 16)]
+    probes.sort(key=lambda s: (s.num_workers, s.worker_method == THREAD))
+    assert all(probe.loader == "thread" and probe.depth == 2 for probe in probes)
+    fills = LADDERS.settings(8, MULTIPROCESSING) + LADDERS.settings(16, THREAD)
+    assert first == list(dict.fromkeys([OWN, *probes, *fills]))
+    assert len(first) < len(LADDERS.all_settings())  # the other counts' backends never ran
+
+
+def test_a_slow_workload_reaches_the_counts_that_pay_within_a_short_budget() -> None:
+    # Without workers a run takes 4 s; each worker makes it faster. A budget that cannot run
+    # every setting once still climbs to the best count and tries its backends there.
+    result, _ = sweep(
+        best_at_four_threads,
+        budget=30.0,
+        seconds=lambda setting: 4.0 / (1 + setting.num_workers),
+    )
+    assert result.ranked()[0] == Setting(4, "thread", "auto")
+    assert len(result.runs) < len(GRID.all_settings())
 
 
 @settings(max_examples=60, deadline=None)

@@ -29,6 +29,8 @@ __all__ = [
 
 #: The depths tried for each backend that takes one: the default, and the adaptive buffer.
 DEPTHS: Final[tuple[int | str, ...]] = (2, "auto")
+#: The backend whose setting stands for a worker count while the counts are climbed.
+PROBE_BACKEND: Final = "thread"
 #: Worker threads tried go up to this many per core: a thread that waits on I/O releases
 #: the GIL and its core, so loads that wait gain from more threads than cores.
 THREADS_PER_CORE: Final = 2
@@ -156,6 +158,16 @@ class Grid:
                 depths: Sequence[int | str | None] = DEPTHS if takes_depth else (None,)
                 found.extend(Setting(num_workers, name, depth, pin, method) for depth in depths)
         return found
+
+    def probe(self, num_workers: int, worker_method: str = MULTIPROCESSING) -> Setting:
+        """The one setting of :meth:`settings` that stands for its worker count and method
+        while the counts are climbed: the default backend with the default depth, where it is
+        swept; else the first backend's first setting."""
+        found = [s for s in self.settings(num_workers, worker_method) if s.loader != BASELINE]
+        for setting in found:
+            if setting.loader == PROBE_BACKEND and setting.depth == DEPTHS[0]:
+                return setting
+        return found[0]
 
     def all_settings(self) -> list[Setting]:
         """Every setting once, in the order an exhaustive sweep runs them: count by count,

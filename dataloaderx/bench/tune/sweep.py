@@ -2,12 +2,16 @@
 
 1. **First round.** The user's own setting (``DataLoader`` with their ``num_workers``) runs
    first. Then each worker method climbs its own ladder of worker counts (processes up to
-   the cores, threads past them): count by count in increasing order, at each count the
-   processes' settings, then the threads'. The settings without workers (count 0) run once
-   and are the first rung of every ladder. A ladder stops growing once a count with at
+   the cores, threads past them) with one setting per count, its probe (the default
+   backend and depth, :meth:`Grid.probe`): count by count in increasing order, at each count
+   the processes' probe, then the threads'. The probe without workers (count 0) runs once
+   and is the first rung of every ladder. A ladder stops growing once a count with at
    least two more workers than its best count so far is not :data:`MIN_GAIN` faster than
    it; the other ladder goes on (threads that wait on I/O may pay where processes did not,
-   and processes may pay where threads fight over the GIL).
+   and processes may pay where threads fight over the GIL). Then every other setting (each
+   backend and depth, ``DataLoader``) runs at each ladder's best count. So the first round
+   grows with the ladders plus the backends, not with their product, and a slow workload
+   still reaches the counts that pay within a short budget.
 2. **Pruning.** A setting whose first run reached less than :data:`KEEP_SHARE` of the best
    first run is clearly behind and dropped; at most :data:`MAX_LEADERS` of the rest, best
    first, are the leaders, whatever their worker method. The best first run is always a
@@ -176,7 +180,7 @@ class _Sweeper:
         if not self.run(own, "first round"):
             return
         ladders = [_Ladder(method, counts) for method, counts in grid.ladders().items()]
-        finished = self.climb(grid, ladders)
+        finished = self.climb(grid, ladders) and self.fill(grid, ladders)
         reasons = [ladder.stopped for ladder in ladders if ladder.stopped]
         if not finished:
             reasons.append(
@@ -185,7 +189,7 @@ class _Sweeper:
         self.result.cut_short = "; ".join(reasons)
 
     def climb(self, grid: Grid, ladders: list[_Ladder]) -> bool:
-        """Run the settings of every ladder, count by count (a setting shared by two ladders
+        """Run the probe of every ladder, count by count (a probe shared by two ladders
         once); ``False`` where the budget ran out."""
         for count in sorted({count for ladder in ladders for count in ladder.counts}):
             for ladder in ladders:
@@ -193,12 +197,22 @@ class _Sweeper:
                     continue
                 started = self.result.worker_counts.get(ladder.method, ())
                 self.result.worker_counts[ladder.method] = (*started, count)
-                stage = grid.settings(count, ladder.method)
-                for setting in stage:
-                    if setting not in self.result.runs and not self.run(setting, "first round"):
-                        return False
-                ladder.climb(count, max(self.result.runs[s][0].rate for s in stage))
+                if not self.once(grid.probe(count, ladder.method)):
+                    return False
+                ladder.climb(count, self.result.runs[grid.probe(count, ladder.method)][0].rate)
         return True
+
+    def fill(self, grid: Grid, ladders: list[_Ladder]) -> bool:
+        """Run every setting of each ladder's best count; ``False`` where the budget ran out."""
+        for ladder in ladders:
+            for setting in grid.settings(ladder.best_count, ladder.method):
+                if not self.once(setting):
+                    return False
+        return True
+
+    def once(self, setting: Setting) -> bool:
+        """Run ``setting`` in the first round unless it ran; ``False`` where it could not."""
+        return setting in self.result.runs or self.run(setting, "first round")
 
     def leader_rounds(self) -> None:
         while self.result.rounds < MAX_ROUNDS:
