@@ -78,7 +78,14 @@ class ShardRecorder(lightning.LightningModule):
 @pytest.mark.filterwarnings(
     "ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning"
 )
-def test_ddp_spawn_keeps_the_loader_class_backend_and_options(tmp_path: Path) -> None:
+def test_ddp_spawn_keeps_the_loader_class_backend_and_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A seed_everything(workers=True) earlier in this process (LightningCLI's) leaves these
+    # set, and Lightning then adds its worker_init_fn, which thread workers cannot take
+    # (docs/thread-workers.md).
+    monkeypatch.delenv("PL_SEED_WORKERS", raising=False)
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
     loader_kwargs = {
         "batch_size": 4,
         "num_workers": 2,
