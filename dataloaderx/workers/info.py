@@ -36,7 +36,7 @@ __all__ = ["install", "set_thread_info", "worker_info"]
 _GLOBAL_NAME: Final = "_dataloaderx_worker_threads"
 #: The code of the one caller that reads a worker's info as "stack into shared memory".
 _SHARED_MEMORY_COLLATION: Final = torch_collate.collate_tensor_fn.__code__
-#: Fields PyTorch's ``WorkerInfo`` has for thread workers (torch >= 2.10 or so).
+#: Fields PyTorch's ``WorkerInfo`` has for thread workers (torch 2.13 has them, 2.11 not).
 _THREAD_FIELDS: Final = {"rng", "worker_method"}
 
 

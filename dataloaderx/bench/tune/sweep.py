@@ -197,9 +197,10 @@ class _Sweeper:
                     continue
                 started = self.result.worker_counts.get(ladder.method, ())
                 self.result.worker_counts[ladder.method] = (*started, count)
-                if not self.once(grid.probe(count, ladder.method)):
+                probe = grid.probe(count, ladder.method)
+                if not self.once(probe):
                     return False
-                ladder.climb(count, self.result.runs[grid.probe(count, ladder.method)][0].rate)
+                ladder.climb(count, self.result.runs[probe][0].rate)
         return True
 
     def fill(self, grid: Grid, ladders: list[_Ladder]) -> bool:
