@@ -20,10 +20,10 @@ dataset, then builds the loader and iterates it for 2 epochs, and prints one JSO
 - time from ``iter(loader)`` to the first batch, in ms, of epoch 1 and of epoch 2 (the
   second shows what persistent workers save: no fork, no dataset hand-over);
 - peak PSS, in MiB, of the process plus its worker processes, sampled every 20 ms by a
-  background thread (``psutil``); PSS splits each shared page between the processes that
-  map it, so the sum is the memory the run really holds, the fair figure for copy-on-read.
-  Shared-memory batches that no process maps at the moment of a sample (in transit from a
-  worker process) are not in it.
+  background thread (``workloads.run_epochs``, with ``psutil``); PSS splits each shared
+  page between the processes that map it, so the sum is the memory the run really holds,
+  the fair figure for copy-on-read. Shared-memory batches that no process maps at the
+  moment of a sample (in transit from a worker process) are not in it.
 
 Why. Worker processes cost what threads do not: a fork per epoch (unless persistent);
 every batch pickled through shared memory and a file descriptor to the loop; and memory
@@ -85,34 +85,36 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
-import glob
-import importlib.util
-import io
 import json
 import os
 import statistics
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterable, Sequence
-from time import perf_counter
 from typing import Any
 
 import _common as bench
-import psutil
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
+from workloads import (
+    BIG_TENSORS,
+    COPY_ON_READ,
+    JPEG,
+    PURE_PYTHON,
+    TORCH_OPS,
+    BigTensors,
+    CopyOnRead,
+    JpegDecode,
+    PurePython,
+    TorchOps,
+    jpeg_available,
+    run_epochs,
+    tune_recommendation,
+)
 
 from dataloaderx import DataLoaderX, available_backends
 from dataloaderx.workers.method import MULTIPROCESSING, THREAD
 
-COPY_ON_READ = "copy-on-read"
-TORCH_OPS = "torch ops"
-JPEG = "JPEG decode"
-PURE_PYTHON = "pure Python"
-BIG_TENSORS = "1 MB tensors"
 WORKLOADS = (COPY_ON_READ, TORCH_OPS, JPEG, PURE_PYTHON, BIG_TENSORS)
 #: The workloads on which threads are to be faster than processes (all but pure Python).
 SPEED_TARGETS = (COPY_ON_READ, TORCH_OPS, JPEG, BIG_TENSORS)
@@ -131,7 +133,6 @@ BATCHES = 64
 QUICK_BATCHES = 8
 EPOCHS = 2
 ROUNDS = 3
-SAMPLE_SECONDS = 0.02
 CHILD_TIMEOUT = 900.0
 
 #: Batches per run of ``--tune``.
@@ -139,17 +140,8 @@ TUNE_BATCHES = 40
 #: What ``--tune`` should pick: worker processes where the work holds the GIL; else worker
 #: threads, or no workers where the loop's thread alone is faster still.
 THREAD_PICK = "threads or no workers (processes on pure Python)"
-COPY_ON_READ_ITEMS = 2_000_000
 #: The copy-on-read workload's epochs are this many times longer (see the docstring).
 COPY_ON_READ_SCALE = 32
-IMAGE_SIZE = 224
-CROP_SIZE = 160
-JPEG_POOL = 64
-JPEG_SIZE = 256
-JPEG_QUALITY = 90
-#: Loop steps of ``busy``: about 1 ms on the reference machine (0.5 us a step).
-PURE_PYTHON_STEPS = 20_000
-BIG_ITEM_FLOATS = 2**20 // 4
 
 # Targets, at num_workers=2.
 TARGET_WORKERS = 2
@@ -157,128 +149,8 @@ TARGET_VS_PROCESSES = 1.3
 TARGET_VS_PERSISTENT = 1.2
 TARGET_PSS = 0.6
 
-MIB = 2**20
-
 
 # --- the datasets ---------------------------------------------------------------------------
-
-
-class CopyOnRead(Dataset[torch.Tensor]):
-    """``size`` items, each read from one of 2,000,000 dicts held in a list."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: list[dict[str, Any]] = [
-            {"id": i, "label": i % 10, "name": f"item-{i}"} for i in range(COPY_ON_READ_ITEMS)
-        ]
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        item = self.items[(index * 7919) % len(self.items)]
-        return torch.tensor([item["id"], item["label"], len(item["name"])])
-
-
-class TorchOps(Dataset[torch.Tensor]):
-    """A 3x224x224 uint8 image from the index, cropped, flipped, to float, resized."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(index)
-        image = torch.randint(
-            0, 256, (3, IMAGE_SIZE, IMAGE_SIZE), dtype=torch.uint8, generator=generator
-        )
-        room = IMAGE_SIZE - CROP_SIZE
-        top, left = (index * 37) % room, (index * 53) % room
-        crop = image[:, top : top + CROP_SIZE, left : left + CROP_SIZE]
-        if index % 2:
-            crop = torch.flip(crop, dims=(2,))
-        scaled = crop.float().div_(255.0).unsqueeze(0)
-        resized = F.interpolate(
-            scaled, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", align_corners=False
-        )
-        return resized.squeeze(0)
-
-
-def jpeg_available() -> bool:
-    return importlib.util.find_spec("PIL") is not None
-
-
-class JpegDecode(Dataset[torch.Tensor]):
-    """Each item one of ``JPEG_POOL`` pre-encoded 256x256 JPEGs, decoded by Pillow."""
-
-    def __init__(self, size: int) -> None:
-        import numpy as np
-        from PIL import Image
-
-        self.size = size
-        rows, columns = torch.meshgrid(
-            torch.arange(JPEG_SIZE), torch.arange(JPEG_SIZE), indexing="ij"
-        )
-        self.pool: list[bytes] = []
-        for k in range(JPEG_POOL):
-            noise = torch.randint(
-                0, 48, (JPEG_SIZE, JPEG_SIZE, 3), generator=torch.Generator().manual_seed(k)
-            )
-            red = (columns * (k % 7 + 1) + rows) % 256
-            green = (rows * (k % 5 + 1) + 9 * k) % 256
-            blue = ((columns ^ rows) + 17 * k) % 256
-            pixels = (torch.stack([red, green, blue], dim=-1) + noise).clamp(0, 255)
-            image = Image.fromarray(np.ascontiguousarray(pixels.to(torch.uint8).numpy()))
-            encoded = io.BytesIO()
-            image.save(encoded, format="JPEG", quality=JPEG_QUALITY)
-            self.pool.append(encoded.getvalue())
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        import numpy as np
-        from PIL import Image
-
-        with Image.open(io.BytesIO(self.pool[index % len(self.pool)])) as image:
-            pixels = np.array(image.convert("RGB"))
-        return torch.from_numpy(pixels).permute(2, 0, 1)
-
-
-def busy(seed: int, steps: int) -> int:
-    """Pure-Python integer arithmetic, holding the GIL throughout."""
-    value = seed
-    for step in range(steps):
-        value = (value * 1103515245 + step) & 0xFFFFFFFF
-    return value
-
-
-class PurePython(Dataset[torch.Tensor]):
-    """About 1 ms of pure-Python work per item; a 2-element tensor."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.tensor([index, busy(index, PURE_PYTHON_STEPS)])
-
-
-class BigTensors(Dataset[torch.Tensor]):
-    """Each item a fresh 1 MiB float32 tensor."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.full((BIG_ITEM_FLOATS,), float(index))
 
 
 DATASETS: dict[str, Callable[[int], Dataset[torch.Tensor]]] = {
@@ -297,10 +169,6 @@ def batch_size(workload: str) -> int:
 def tune_dataset(workload: str) -> Dataset[torch.Tensor]:
     """The dataset ``bench --tune`` sweeps, for ``--tune``: enough items for its runs."""
     return DATASETS[workload](TUNE_BATCHES * batch_size(workload))
-
-
-def no_step(batch: Any) -> None:
-    """The step of ``--tune``: none, so that only loading sets the pace."""
 
 
 #: ``MODULE:NAME`` factories for ``dataloaderx bench --tune --dataset``, by workload.
@@ -362,80 +230,6 @@ def make_loader(
 # --- one run, in a fresh process ------------------------------------------------------------
 
 
-def child_pids(pid: int) -> list[int]:
-    """The direct children of ``pid``, from ``/proc/PID/task/*/children``.
-
-    ``psutil.Process.children`` reads every process's ``stat`` file, milliseconds on a busy
-    host: too much every 20 ms next to the threads being measured.
-    """
-    found: list[int] = []
-    for path in glob.glob(f"/proc/{pid}/task/*/children"):
-        try:
-            with open(path) as children:
-                found.extend(int(word) for word in children.read().split())
-        except OSError:
-            continue
-    return found
-
-
-class PssSampler:
-    """Samples the PSS of this process and all its descendants every ``SAMPLE_SECONDS``."""
-
-    def __init__(self) -> None:
-        self.root = psutil.Process()
-        self.peak = 0
-        self.samples = 0
-        self._processes: dict[int, psutil.Process] = {self.root.pid: self.root}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pss-sampler", daemon=True)
-        self._by_proc = os.path.exists(f"/proc/{self.root.pid}/task")
-
-    def tree(self) -> list[psutil.Process]:
-        if not self._by_proc:
-            return [self.root, *self.root.children(recursive=True)]
-        pids: list[int] = []
-        pending = [self.root.pid]
-        while pending:
-            pid = pending.pop()
-            pids.append(pid)
-            pending.extend(child_pids(pid))
-        processes: list[psutil.Process] = []
-        for pid in pids:
-            process = self._processes.get(pid)
-            if process is None:
-                try:
-                    process = self._processes[pid] = psutil.Process(pid)
-                except psutil.Error:
-                    continue
-            processes.append(process)
-        return processes
-
-    def sample(self) -> int:
-        """PSS bytes of the tree now (processes that exit meanwhile are left out)."""
-        total = 0
-        for process in self.tree():
-            try:
-                total += process.memory_full_info().pss
-            except psutil.Error:
-                self._processes.pop(process.pid, None)
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.sample())
-            self.samples += 1
-            self._stop.wait(SAMPLE_SECONDS)
-
-    def __enter__(self) -> PssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.sample())
-
-
 def child(workload: str, name: str, workers: int, batches: int, torch_threads: int) -> None:
     if torch_threads > 0:
         torch.set_num_threads(torch_threads)
@@ -443,34 +237,7 @@ def child(workload: str, name: str, workers: int, batches: int, torch_threads: i
     if workload == COPY_ON_READ:
         batches *= COPY_ON_READ_SCALE
     dataset = DATASETS[workload](batches * size)
-    gc.collect()
-    sampler = PssSampler()
-    base = sampler.sample()
-    first: list[float] = []
-    epochs: list[float] = []
-    count = 0
-    with sampler:
-        start = perf_counter()
-        loader = make_loader(name, dataset, workers, size)
-        for _ in range(EPOCHS):
-            epoch_start = perf_counter()
-            for index, _batch in enumerate(loader):
-                if index == 0:
-                    first.append(perf_counter() - epoch_start)
-                count += 1
-            epochs.append(perf_counter() - epoch_start)
-        seconds = perf_counter() - start
-    del loader  # persistent workers exit here
-    result = {
-        "batches": count,
-        "seconds": seconds,
-        "batches_per_s": count / seconds,
-        "epoch_s": epochs,
-        "first_batch_ms": [1000 * value for value in first],
-        "peak_pss_mib": sampler.peak / MIB,
-        "dataset_pss_mib": base / MIB,
-        "pss_samples": sampler.samples,
-    }
+    result = run_epochs(lambda: make_loader(name, dataset, workers, size), EPOCHS)
     print(json.dumps(result), flush=True)
 
 
@@ -700,18 +467,14 @@ def tune(workloads: Sequence[str], budget: float) -> None:
     """Ask ``dataloaderx bench --tune`` (no step: loading alone) to choose on each workload,
     and print its pick, the runner-up and the peak memory of both."""
     rows = []
-    here = os.path.dirname(os.path.abspath(__file__))
     for workload in workloads:
-        command = [sys.executable, "-m", "dataloaderx", "bench", "--tune", "--json"]
-        command += ["--dataset", f"worker_method:{TUNE_FACTORIES[workload]}"]
-        command += ["--step", "worker_method:no_step", "--budget", str(budget)]
-        command += ["--batch-size", str(batch_size(workload)), "--batches", str(TUNE_BATCHES)]
         print(f"  bench --tune on {workload} ...", file=sys.stderr, flush=True)
-        output = subprocess.run(command, capture_output=True, text=True, cwd=here, check=False)
-        if output.returncode != 0:
-            raise SystemExit(f"bench --tune on {workload!r} failed:\n{output.stderr}")
-        found = json.loads(output.stdout)
-        pick = found["recommendation"]
+        pick = tune_recommendation(
+            f"worker_method:{TUNE_FACTORIES[workload]}",
+            batch_size=batch_size(workload),
+            batches=TUNE_BATCHES,
+            budget=budget,
+        )
         if workload == PURE_PYTHON:
             expected = pick["num_workers"] > 0 and pick["worker_method"] == MULTIPROCESSING
         else:

@@ -6,7 +6,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -88,14 +87,6 @@ def takes_option(backend: str, option: str) -> bool:
 def takes_depth(backend: str) -> bool:
     """Whether ``backend`` accepts a ``depth`` option."""
     return takes_option(backend, "depth")
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def scenario_command(script: str, *args: str) -> list[str]:

@@ -4,8 +4,9 @@ A worker thread keeps the worker contract of ``DataLoader``'s worker processes: 
 ``get_worker_info()``, calls ``worker_init_fn(worker_id)`` once, makes its fetcher (an
 iterable dataset's ``iter()`` runs in the thread), and answers every task with one outcome:
 the batch (pinned, where the loader pins), the batch's error, or the end of its iterable.
-Threads share the process, so unlike a process a thread reseeds no global generator and
-leaves ``torch.set_num_threads`` alone (``docs/thread-workers.md``).
+Threads share the process, so unlike a process a thread reseeds no global generator; as
+a process, it runs torch on one intra-op thread where that setting can be the thread's own
+(:mod:`dataloaderx.workers.intra_op`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS, POLL_SECONDS
 from dataloaderx.workers.info import set_thread_info, worker_info
+from dataloaderx.workers.intra_op import one_intra_op_thread
 
 __all__ = ["Outcome", "Result", "WorkerSetup", "WorkerThreads"]
 
@@ -152,6 +154,9 @@ class WorkerThreads:
         setup = self._setup
         if setup.pin is not None:  # the current device is per thread, and starts at 0
             torch.accelerator.set_device_index(setup.pin[1])
+        own_intra_op_threads = one_intra_op_thread()
+        if own_intra_op_threads is not None:  # before worker_init_fn, which may set another
+            own_intra_op_threads()
         set_thread_info(worker_info(setup.dataset, worker, setup.num_workers, setup.base_seed))
         # An error here is the outcome of the worker's tasks: its first, as in a worker process,
         # and the later ones too (there a worker process raises an UnboundLocalError).

@@ -4,13 +4,14 @@ its child processes (worker processes)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any, Final
 
 from dataloaderx.util.wrapping import ClosesOnExit
 
 __all__ = ["MEMORY_HINT", "PeakMemory"]
 
-#: Seconds between samples.
+#: Seconds between samples, by default.
 INTERVAL: Final = 0.05
 #: Seconds ``close()`` waits for the sampling thread.
 JOIN_TIMEOUT: Final = 5.0
@@ -27,12 +28,30 @@ def _process_bytes(process: Any) -> int:
         return int(process.memory_info().rss)
 
 
+def _child_pids(pid: int) -> list[int] | None:
+    """The direct children of ``pid`` from ``/proc/PID/task/*/children``, or ``None`` where
+    the platform has no such files. (``psutil``'s ``children()`` reads every process's
+    ``stat`` file: milliseconds on a busy host, too much between samples that close.)"""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return None
+    found: list[int] = []
+    for path in tasks.glob("*/children"):
+        try:
+            found.extend(int(word) for word in path.read_text().split())
+        except OSError:  # a thread or the process that ended meanwhile
+            continue
+    return found
+
+
 class PeakMemory(ClosesOnExit):
     """Sample the memory of this process (all its threads) and its descendants every
-    :data:`INTERVAL` seconds on a daemon thread until ``close()``; :attr:`peak_bytes` is
-    the largest sum seen, or ``None`` without ``psutil``."""
+    ``interval`` seconds on a daemon thread until ``close()``; :attr:`peak_bytes` is the
+    largest sum seen (the first sample is taken at construction), or ``None`` without
+    ``psutil``."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval: float = INTERVAL) -> None:
+        self._interval = interval
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._peak: int | None = None
@@ -43,29 +62,51 @@ class PeakMemory(ClosesOnExit):
             return
         self._psutil: Any = psutil
         self._process = psutil.Process()
+        #: The processes seen so far, by pid: sampling thread only.
+        self._known: dict[int, Any] = {self._process.pid: self._process}
         self._record()
         self._thread = threading.Thread(
             target=self._sample, name="dataloaderx-bench-memory", daemon=True
         )
         self._thread.start()
 
+    def _processes(self) -> list[Any]:
+        """This process and its descendants."""
+        psutil = self._psutil
+        root = self._process.pid
+        if _child_pids(root) is None:
+            return [self._process, *self._process.children(recursive=True)]
+        found: list[Any] = []
+        pending = [root]
+        while pending:
+            pid = pending.pop()
+            process = self._known.get(pid)
+            if process is None:
+                try:
+                    process = self._known[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    continue
+            found.append(process)
+            pending.extend(_child_pids(pid) or ())
+        return found
+
     def _record(self) -> None:
         psutil = self._psutil
         total = 0
         try:
-            processes = [self._process, *self._process.children(recursive=True)]
+            processes = self._processes()
         except psutil.Error:
             return
         for process in processes:
             try:
                 total += _process_bytes(process)
             except psutil.Error:  # a worker that exited between the listing and the read
-                continue
+                self._known.pop(process.pid, None)
         with self._lock:
             self._peak = total if self._peak is None else max(self._peak, total)
 
     def _sample(self) -> None:
-        while not self._stop.wait(INTERVAL):
+        while not self._stop.wait(self._interval):
             self._record()
 
     @property
@@ -75,9 +116,11 @@ class PeakMemory(ClosesOnExit):
             return self._peak
 
     def close(self) -> None:
-        """Stop the sampling thread."""
+        """Stop the sampling thread, after one last sample."""
         if self._thread is None:
             return
         self._stop.set()
         self._thread.join(JOIN_TIMEOUT)
+        if not self._thread.is_alive():  # the known processes are the sampling thread's
+            self._record()
         self._thread = None

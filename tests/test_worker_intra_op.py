@@ -1,0 +1,97 @@
+"""Worker threads run torch on one intra-op thread each, as worker processes do, and no other
+thread's count changes: not the loop's, not a prefetching producer's, not one started during
+or after the epoch; a ``worker_init_fn`` that sets another count wins.
+
+Each case runs in a fresh process (``tests/scenarios/intra_op.py``): a count set by one
+test would otherwise be what every thread started later in the test session sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import dataloaderx.workers.intra_op as intra_op
+from dataloaderx import DataLoaderX
+from tests.helpers import RangeDataset
+from tests.reliability_support import scenario_report
+from tests.scenarios.intra_op import new_thread_count
+
+pytestmark = pytest.mark.skipif(
+    intra_op.one_intra_op_thread() is None,
+    reason="this torch's intra-op setting is not per thread (no OpenMP runtime found)",
+)
+
+TIMEOUT = 90.0
+
+
+def counts(backend: str, *options: str) -> dict[str, Any]:
+    return scenario_report("intra_op.py", [backend, *options], TIMEOUT)
+
+
+def assert_only_the_workers_changed(report: dict[str, Any], workers: int) -> None:
+    process = report["process"]
+    assert report["workers"] == [workers] * 32
+    assert report["loop_during"] == report["loop_after"] == process
+    assert report["new_thread_during"] == report["new_thread_after"] == process
+    assert {count for _, count in report["sampler"]} == {process}
+
+
+@pytest.mark.parametrize("backend", ["sync", "thread"])
+def test_worker_threads_run_one_intra_op_thread_and_no_other_thread_sees_it(
+    backend: str,
+) -> None:
+    report = counts(backend)
+    if report["process"] == 1:
+        pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
+    assert_only_the_workers_changed(report, 1)
+    if backend == "thread":  # the producer drew the later indices, with the process's count
+        assert any(name != "MainThread" for name, _ in report["sampler"])
+
+
+def test_a_count_the_user_set_stays_the_loops_and_later_threads() -> None:
+    report = counts("thread", "--process", "3")
+    assert report["process"] == 3
+    assert_only_the_workers_changed(report, 1)
+    assert any(name != "MainThread" for name, _ in report["sampler"])
+
+
+def test_a_worker_init_fn_that_sets_a_count_wins() -> None:
+    report = counts("sync", "--init", "3")
+    assert report["workers"] == [3] * 32
+
+
+def test_without_an_openmp_backend_workers_keep_the_process_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    intra_op.one_intra_op_thread.cache_clear()
+    monkeypatch.setattr(
+        torch.__config__, "parallel_info", lambda: "ATen parallel backend: native thread pool"
+    )
+    try:
+        assert intra_op.one_intra_op_thread() is None
+
+        class Count(RangeDataset):
+            def __getitem__(self, index: int) -> torch.Tensor:
+                return torch.tensor(torch.get_num_threads())
+
+        loader = DataLoaderX(Count(4), batch_size=1, num_workers=2, worker_method="thread")
+        process = new_thread_count()
+        if process == 1:
+            pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
+        assert [int(batch) for batch in loader] == [process] * 4
+    finally:
+        intra_op.one_intra_op_thread.cache_clear()
+
+
+def test_without_a_loaded_openmp_runtime_there_is_no_setter(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setattr(intra_op, "_MAPS", tmp_path / "no-maps")
+    assert intra_op._loaded_runtime() is None
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 00000000 00:00 0 /nowhere/libgomp.so.1\n")
+    monkeypatch.setattr(intra_op, "_MAPS", maps)
+    assert intra_op._loaded_runtime() is None
