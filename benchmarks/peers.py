@@ -22,11 +22,12 @@ as its items are a hundred times cheaper), on these loaders, each used as its do
 Each run is a fresh process that builds the dataset, then the loader, iterates both epochs
 and reports (``workloads.run_epochs``): batches/s over both epochs with start-up, each
 epoch's batches/s, the first batch of each epoch, the time from an epoch's last batch to the
-end of its loop, and peak PSS of the process and its child processes. Rounds alternate the
-loaders (``--rounds``, default 3); the tables give medians, with each loader's throughput
-against ``DataLoader`` and against the best peer (every loader that is not dataloaderx's).
-The verdict line per workload compares dataloaderx's best setting with the best peer, over
-both epochs and in each epoch.
+end of its loop, peak PSS of the process and its child processes, and the CPU time they
+spent per batch (which other jobs on a shared machine move far less than the throughput).
+Rounds alternate the loaders (``--rounds``, default 3); the tables give medians, with each
+loader's throughput against ``DataLoader`` and against the best peer (every loader that is
+not dataloaderx's). The verdict line per workload compares dataloaderx's best setting with
+the best peer, over both epochs and in each epoch.
 
 The workloads:
 
@@ -273,6 +274,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
         "tail_ms_1": median("tail_ms", 0),
         "tail_ms_2": median("tail_ms", 1),
         "peak_pss_mib": median("peak_pss_mib"),
+        "cpu_ms": median("cpu_ms"),
     }
 
 
@@ -300,6 +302,7 @@ def table(medians: dict[str, dict[str, float]]) -> str:
         "first batch ms (1 / 2)": pair("first_batch_ms_", 0),
         "after last batch ms (1 / 2)": pair("tail_ms_", 0),
         "peak PSS MiB": lambda values: f"{values['peak_pss_mib']:.0f}",
+        "CPU ms per batch": lambda values: f"{values['cpu_ms']:.1f}",
     }
     rows = [
         [name] + [cell(values) for cell in columns.values()] for name, values in medians.items()

@@ -19,9 +19,10 @@ from tests.helpers import RangeDataset
 from tests.reliability_support import scenario_report
 from tests.scenarios.intra_op import new_thread_count
 
-pytestmark = pytest.mark.skipif(
-    intra_op.one_intra_op_thread() is None,
-    reason="this torch's intra-op setting is not per thread (no OpenMP runtime found)",
+#: Whether worker threads can have an intra-op count of their own here.
+PER_THREAD = intra_op.one_intra_op_thread() is not None
+per_thread = pytest.mark.skipif(
+    not PER_THREAD, reason="no OpenMP runtime found: the intra-op count is not per thread"
 )
 
 TIMEOUT = 90.0
@@ -39,6 +40,7 @@ def assert_only_the_workers_changed(report: dict[str, Any], workers: int) -> Non
     assert {count for _, count in report["sampler"]} == {process}
 
 
+@per_thread
 @pytest.mark.parametrize("backend", ["sync", "thread"])
 def test_worker_threads_run_one_intra_op_thread_and_no_other_thread_sees_it(
     backend: str,
@@ -51,6 +53,7 @@ def test_worker_threads_run_one_intra_op_thread_and_no_other_thread_sees_it(
         assert any(name != "MainThread" for name, _ in report["sampler"])
 
 
+@per_thread
 def test_a_count_the_user_set_stays_the_loops_and_later_threads() -> None:
     report = counts("thread", "--process", "3")
     assert report["process"] == 3
@@ -58,18 +61,17 @@ def test_a_count_the_user_set_stays_the_loops_and_later_threads() -> None:
     assert any(name != "MainThread" for name, _ in report["sampler"])
 
 
+@per_thread
 def test_a_worker_init_fn_that_sets_a_count_wins() -> None:
     report = counts("sync", "--init", "3")
     assert report["workers"] == [3] * 32
 
 
-def test_without_an_openmp_backend_workers_keep_the_process_count(
+def test_without_an_openmp_runtime_workers_keep_the_process_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     intra_op.one_intra_op_thread.cache_clear()
-    monkeypatch.setattr(
-        torch.__config__, "parallel_info", lambda: "ATen parallel backend: native thread pool"
-    )
+    monkeypatch.setattr(intra_op, "_loaded_runtime", lambda: None)
     try:
         assert intra_op.one_intra_op_thread() is None
 
@@ -84,6 +86,21 @@ def test_without_an_openmp_backend_workers_keep_the_process_count(
         assert [int(batch) for batch in loader] == [process] * 4
     finally:
         intra_op.one_intra_op_thread.cache_clear()
+
+
+@pytest.mark.parametrize(("follows", "calls"), [(True, [1]), (False, [1, 4])])
+def test_the_setting_is_kept_only_where_torch_follows_it(follows: bool, calls: list[int]) -> None:
+    """A backend whose count is not the OpenMP setting (torch's native pool) gets it back."""
+    setting = [4]
+
+    def set_threads(count: int) -> None:
+        setting.append(count)
+
+    def torch_count() -> int:
+        return setting[-1] if follows else 4
+
+    assert intra_op.own_thread_only(set_threads, torch_count) is follows
+    assert setting[1:] == calls
 
 
 def test_without_a_loaded_openmp_runtime_there_is_no_setter(

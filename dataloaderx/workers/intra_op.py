@@ -4,13 +4,12 @@ A worker process calls ``torch.set_num_threads(1)``. In a thread that call is no
 thread's own: besides the calling thread's OpenMP setting, it stores the count that every
 thread started later takes up when it first runs torch, and sizes process-wide pools
 (PyTorch's ``ParallelOpenMP.cpp``). A worker thread therefore sets only its own OpenMP
-setting, ``omp_set_num_threads(1)`` of the OpenMP runtime torch loaded, after torch has
-initialised the thread's setting (which it would otherwise overwrite on first use).
-
-That is possible where torch's intra-op backend is OpenMP (its Linux and Windows builds,
-as ``torch.__config__.parallel_info()`` says) and the runtime is found among the process's
-loaded libraries (``/proc/self/maps``); elsewhere, :func:`one_intra_op_thread` is ``None``
-and worker threads run torch on the process's intra-op threads.
+setting, ``omp_set_num_threads(1)`` of the OpenMP runtime loaded in the process (found in
+``/proc/self/maps``), after torch has initialised the thread's setting (which it would
+otherwise overwrite on first use), and keeps it only if torch then reports one thread: torch's
+intra-op backend is OpenMP (its Linux builds). Where it is not, the thread's setting is put
+back; where no runtime is found (no ``/proc``: macOS, Windows), none is touched. There,
+worker threads run torch on the process's intra-op threads.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ import torch
 
 __all__ = ["one_intra_op_thread"]
 
-#: What ``torch.__config__.parallel_info()`` says of an OpenMP intra-op backend.
-_OPENMP_BACKEND: Final = "ATen parallel backend: OpenMP"
 #: The file names of the OpenMP runtimes torch builds link: GNU, LLVM and Intel.
 _RUNTIMES: Final = ("libgomp", "libomp", "libiomp5")
 _MAPS: Final = Path("/proc/self/maps")
@@ -54,17 +51,23 @@ def _loaded_runtime() -> Callable[[int], None] | None:
 
 
 @functools.cache
-def one_intra_op_thread() -> Callable[[], None] | None:
-    """A function that gives the calling thread one intra-op torch thread and changes no
-    other thread's count, or ``None`` where this torch cannot do that (see the module)."""
-    if _OPENMP_BACKEND not in torch.__config__.parallel_info():
-        return None
+def one_intra_op_thread() -> Callable[[], bool] | None:
+    """A function that gives the calling thread one intra-op torch thread, changing no other
+    thread's count, and says whether it could; ``None`` where no OpenMP runtime is loaded."""
     set_threads = _loaded_runtime()
     if set_threads is None:
         return None
+    return functools.partial(own_thread_only, set_threads)
 
-    def own_thread_only() -> None:
-        torch.get_num_threads()  # torch sets the thread's count on its first use: first
-        set_threads(1)
 
-    return own_thread_only
+def own_thread_only(
+    set_threads: Callable[[int], None], count: Callable[[], int] = torch.get_num_threads
+) -> bool:
+    """Set the calling thread's OpenMP setting to one thread with ``set_threads``; keep it if
+    torch's ``count`` follows (its intra-op backend is OpenMP), else put it back."""
+    before = count()  # torch sets the thread's count on its first use: first
+    set_threads(1)
+    if count() == 1:
+        return True
+    set_threads(before)
+    return False

@@ -154,9 +154,9 @@ class WorkerThreads:
         setup = self._setup
         if setup.pin is not None:  # the current device is per thread, and starts at 0
             torch.accelerator.set_device_index(setup.pin[1])
-        own_intra_op_threads = one_intra_op_thread()
-        if own_intra_op_threads is not None:  # before worker_init_fn, which may set another
-            own_intra_op_threads()
+        one_thread = one_intra_op_thread()
+        if one_thread is not None:  # before worker_init_fn, which may set another count
+            one_thread()
         set_thread_info(worker_info(setup.dataset, worker, setup.num_workers, setup.base_seed))
         # An error here is the outcome of the worker's tasks: its first, as in a worker process,
         # and the later ones too (there a worker process raises an UnboundLocalError).
