@@ -23,8 +23,11 @@ import sys
 import threading
 from typing import Any, Final
 
-import numpy
 import torch
+
+# Imported with the package: a first import in a worker thread holds the GIL for about 10 ms
+# while the epoch's first batches are being made.
+from numpy.random import RandomState
 from torch.utils.data import Dataset
 from torch.utils.data._utils import collate as torch_collate
 from torch.utils.data._utils import worker as torch_worker
@@ -112,7 +115,7 @@ def worker_info(dataset: Dataset[Any], worker_id: int, num_workers: int, base_se
         fields["rng"] = torch_worker._RNG(
             random_generator=random.Random(seed),
             torch_generator=torch.Generator().manual_seed(seed),
-            numpy_generator=numpy.random.RandomState(numpy_seed),
+            numpy_generator=RandomState(numpy_seed),
         )
         fields["worker_method"] = "thread"
     return torch_worker.WorkerInfo(**fields)
