@@ -21,9 +21,10 @@ as its items are a hundred times cheaper), on these loaders, each used as its do
 
 Each run is a fresh process that builds the dataset, then the loader, iterates both epochs
 and reports (``workloads.run_epochs``): batches/s over both epochs with start-up, each
-epoch's batches/s, the first batch of each epoch, the time from an epoch's last batch to the
-end of its loop, peak PSS of the process and its child processes, and the CPU time they
-spent per batch (which other jobs on a shared machine move far less than the throughput).
+epoch's batches/s, the start-up (building the loader), the first batch of each epoch, the
+time from an epoch's last batch to the end of its loop, peak PSS of the process and its
+child processes, and the CPU time they spent per batch (which other jobs on a shared machine
+move far less than the throughput).
 Rounds alternate the loaders (``--rounds``, default 3); the tables give medians, with each
 loader's throughput against ``DataLoader`` and against the best peer (every loader that is
 not dataloaderx's). The verdict line per workload compares dataloaderx's best setting with
@@ -269,6 +270,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
         "batches_per_s": median("batches_per_s"),
         "epoch_batches_per_s_1": median("epoch_batches_per_s", 0),
         "epoch_batches_per_s_2": median("epoch_batches_per_s", 1),
+        "startup_ms": median("startup_ms"),
         "first_batch_ms_1": median("first_batch_ms", 0),
         "first_batch_ms_2": median("first_batch_ms", 1),
         "tail_ms_1": median("tail_ms", 0),
@@ -299,6 +301,7 @@ def table(medians: dict[str, dict[str, float]]) -> str:
         "epoch 1 / 2 batches/s": pair("epoch_batches_per_s_", 1),
         "vs DataLoader": ratio(base),
         "vs best peer": ratio(top),
+        "start-up ms": lambda values: f"{values['startup_ms']:.1f}",
         "first batch ms (1 / 2)": pair("first_batch_ms_", 0),
         "after last batch ms (1 / 2)": pair("tail_ms_", 0),
         "peak PSS MiB": lambda values: f"{values['peak_pss_mib']:.0f}",

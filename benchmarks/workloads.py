@@ -194,13 +194,13 @@ def run_epochs(make_loader: Callable[[], Iterable[Any]], epochs: int) -> dict[st
     """Build a loader with ``make_loader`` and iterate it ``epochs`` times; what it took.
 
     ``seconds`` and ``batches_per_s`` count from before the loader is built to the end of
-    the last epoch; ``first_batch_ms`` is from ``iter()`` to each epoch's first batch;
-    ``tail_ms`` from each epoch's last batch to the end of its ``for`` loop (a loader that
-    waits for its workers there makes the training loop wait); ``peak_pss_mib`` is of this
-    process and its child processes, sampled every :data:`SAMPLE_SECONDS`; ``cpu_ms`` is the
-    CPU time per batch of this process and of the child processes that ended (workers), from
-    the loader's construction to its deletion: a figure that other jobs on the machine move
-    far less than the throughput.
+    the last epoch; ``startup_ms`` is the building; ``first_batch_ms`` is from ``iter()`` to
+    each epoch's first batch; ``tail_ms`` from each epoch's last batch to the end of its
+    ``for`` loop (a loader that waits for its workers there makes the training loop wait);
+    ``peak_pss_mib`` is of this process and its child processes, sampled every
+    :data:`SAMPLE_SECONDS`; ``cpu_ms`` is the CPU time per batch of this process and of the
+    child processes that ended (workers), from the loader's construction to its deletion: a
+    figure that other jobs on the machine move far less than the throughput.
     """
     gc.collect()
     first: list[float] = []
@@ -212,6 +212,7 @@ def run_epochs(make_loader: Callable[[], Iterable[Any]], epochs: int) -> dict[st
         cpu_start = _cpu_seconds()
         start = perf_counter()
         loader = make_loader()
+        built = perf_counter()
         for _ in range(epochs):
             epoch_start = last = perf_counter()
             count = 0
@@ -232,6 +233,7 @@ def run_epochs(make_loader: Callable[[], Iterable[Any]], epochs: int) -> dict[st
     return {
         "batches": sum(epoch_batches),
         "seconds": seconds,
+        "startup_ms": 1000 * (built - start),
         "batches_per_s": sum(epoch_batches) / seconds,
         "epoch_s": epoch_seconds,
         "epoch_batches_per_s": [n / s for n, s in zip(epoch_batches, epoch_seconds, strict=True)],
