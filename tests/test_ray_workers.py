@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import random
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -529,3 +531,64 @@ def test_epochs_left_early_keep_one_set_of_actors_and_a_dropped_loader_leaves_no
     del loader
     gc.collect()
     assert wait_for(lambda: not our_actors(), within=30), our_actors()
+
+
+def test_past_max_replacements_a_lost_worker_is_an_error_naming_it() -> None:
+    loader = DataLoaderX(
+        Slow(40, 0.01), batch_size=2, num_workers=2, worker_options={"max_replacements": 0}, **RAY
+    )
+    iterator = iter(loader)
+    next(iterator)
+    victim = places(loader)[1]
+    os.kill(victim.pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError) as caught:
+        list(iterator)
+    message = str(caught.value)
+    for words in ("worker 1", f"pid {victim.pid}", "ActorDiedError", "max_replacements"):
+        assert words in message
+
+
+# 8. Where the workers run ---------------------------------------------------------------
+
+_LOCAL_RAY = """
+import warnings
+import ray
+from dataloaderx import DataLoaderX
+from tests.helpers import RangeDataset
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        loader = DataLoaderX(RangeDataset(6), batch_size=3, num_workers=1, worker_method="ray")
+        assert [batch[:, 0].tolist() for batch in loader] == [[0, 1, 2], [3, 4, 5]]
+started = [w for w in caught if "started a local Ray" in str(w.message)]
+assert len(started) == 1, [str(w.message) for w in caught]
+assert ray.is_initialized()
+print("ok")
+"""
+
+
+def test_without_a_ray_a_local_one_starts_on_loopback_says_so_once_and_ends_at_exit() -> None:
+    # Without the variables this session's Ray set for its driver (RAY_ADDRESS, ...), and
+    # pytest's, which Ray reads as a sign that it runs its own tests.
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith(("RAY_", "PYTEST_"))
+    }
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-c", _LOCAL_RAY],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_a_loader_with_ray_workers_pickles_without_its_actors() -> None:
+    loader = DataLoaderX(RangeDataset(4), num_workers=2, worker_options={"num_cpus": 0.5}, **RAY)
+    copy = pickle.loads(pickle.dumps(loader))
+    assert (copy.worker_method, copy.worker_options) == ("ray", {"num_cpus": 0.5})

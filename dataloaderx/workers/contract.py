@@ -75,6 +75,10 @@ class KeptWorkers:
         self._out = 0
         self._closed = False
 
+    def __reduce__(self) -> tuple[type[KeptWorkers], tuple[()]]:
+        # A copy of the loader (pickled, deep-copied) starts its own workers.
+        return KeptWorkers, ()
+
     def take(self, timeout: float) -> Any:
         """The workers kept (``None``: none, start new ones); waits up to ``timeout``
         seconds for those another pool has. Every ``take`` is answered by :meth:`keep`."""

@@ -40,7 +40,8 @@ def connect() -> None:
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
             return
-        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)
+        # "local": a new Ray, not one a `ray start` left running on this machine.
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False)
         atexit.register(_shutdown)
     warnings.warn(
         "dataloaderx: worker_method='ray' started a local Ray (loopback only, no dashboard), "
