@@ -10,6 +10,7 @@ down at exit. A Ray this module did not start is never shut down.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import threading
 import time
@@ -25,6 +26,8 @@ from dataloaderx.workers.ray.options import RayOptions
 __all__ = ["connect", "release", "reserve"]
 
 _lock = threading.Lock()
+#: How long a reservation waits before collecting garbage once (dropped loaders' actors).
+_COLLECT_AFTER_SECONDS = 1.0
 
 
 def _shutdown() -> None:
@@ -63,9 +66,15 @@ def reserve(options: RayOptions, num_workers: int) -> PlacementGroup | None:
     group: PlacementGroup = placement_group(
         [dict(bundle) for _ in range(num_workers)], strategy=strategy
     )
-    deadline = time.monotonic() + options.placement_timeout_s
+    start = time.monotonic()
+    deadline = start + options.placement_timeout_s
     ready = group.ready()
+    collected = False
     while not ray.wait([ready], timeout=POLL_SECONDS * 4)[0]:
+        if not collected and time.monotonic() - start >= _COLLECT_AFTER_SECONDS:
+            # Loaders dropped in a reference cycle hold their reservations until collected.
+            collected = True
+            gc.collect()
         if time.monotonic() >= deadline:
             release(group)
             raise RuntimeError(
@@ -90,5 +99,9 @@ def release(group: PlacementGroup | None) -> None:
 
 
 def _named(resources: dict[str, Any]) -> dict[str, Any]:
-    """``resources`` without Ray's per-node entries."""
-    return {name: amount for name, amount in resources.items() if not name.startswith("node:")}
+    """``resources`` without Ray's per-node and per-placement-group entries."""
+    return {
+        name: amount
+        for name, amount in resources.items()
+        if not name.startswith("node:") and "_group_" not in name
+    }
