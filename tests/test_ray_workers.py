@@ -592,3 +592,20 @@ def test_a_loader_with_ray_workers_pickles_without_its_actors() -> None:
     loader = DataLoaderX(RangeDataset(4), num_workers=2, worker_options={"num_cpus": 0.5}, **RAY)
     copy = pickle.loads(pickle.dumps(loader))
     assert (copy.worker_method, copy.worker_options) == ("ray", {"num_cpus": 0.5})
+
+
+@pytest.mark.parametrize("backend", ["sync", "thread"])
+def test_ctrl_c_ends_the_wait_for_a_batch(backend: str) -> None:
+    # Item 1 takes 5 s, which an interrupt cuts short for the loop. (The actor, and a
+    # producer thread waiting for it, finish that item, as a worker thread would.)
+    loader = DataLoaderX(Slow(4, 5.0, slow_from=1), num_workers=1, backend=backend, **RAY)
+    iterator = iter(loader)
+    assert int(next(iterator)) == 0
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(iterator)
+    finally:
+        timer.cancel()
+    iterator.close()

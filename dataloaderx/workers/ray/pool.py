@@ -148,6 +148,11 @@ class RayWorkers(WorkerPool):
     def receive(self, timeout: float) -> Result | None:
         deadline = time.monotonic() + timeout
         while not self._stop.is_set():
+            if not ray.is_initialized():  # a call now would start a new Ray
+                raise RuntimeError(
+                    "Ray was shut down while DataLoader workers (worker_method='ray') had "
+                    "batches to make; shut Ray down after the loop is done with the loader"
+                )
             with self._lock:
                 waiting = list(self._pending)
                 starting = {
