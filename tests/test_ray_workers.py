@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -609,3 +610,32 @@ def test_ctrl_c_ends_the_wait_for_a_batch(backend: str) -> None:
     finally:
         timer.cancel()
     iterator.close()
+
+
+def _lose_a_worker_each_epoch(loader: DataLoaderX[Any], epochs: int) -> list[list[int]]:
+    seen = []
+    for epoch in range(epochs):
+        iterator = iter(loader)
+        got = [int(next(iterator)[0]) for _ in range(3)]
+        os.kill(places(loader)[epoch % 2].pid, signal.SIGKILL)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for batch in iterator:
+                got.append(int(batch[0]))
+        seen.append(got)
+    return seen
+
+
+def test_a_loader_that_lost_workers_goes_at_once_when_dropped() -> None:
+    # The lost actors' errors hold no frame of the loop (which holds the loader): dropped,
+    # the loader goes at once, and its actors with it, without waiting for the collector.
+    loader = DataLoaderX(Slow(40, 0.02), batch_size=2, num_workers=2, **RAY)
+    list(loader)
+    gc.disable()
+    try:
+        assert _lose_a_worker_each_epoch(loader, 2) == [list(range(0, 40, 2))] * 2
+        dropped = weakref.ref(loader)
+        del loader
+        assert dropped() is None
+    finally:
+        gc.enable()

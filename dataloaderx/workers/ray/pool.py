@@ -231,12 +231,14 @@ class RayWorkers(WorkerPool):
             return None
         try:
             outcome, payload = ray.get(ref, timeout=self._options.placement_timeout_s)
-        except _LOST_RESULT:
+        except _LOST_RESULT as exc:
+            exc.__traceback__ = None  # Ray keeps the error: not with this thread's frames
             with self._lock:
                 if self._phase is Phase.RUNNING:
                     self._submit(task)
             return None
         except _LOST_ACTOR as exc:
+            exc.__traceback__ = None
             self._lost(task, exc)
             return None
         except ray_errors.RayError as exc:  # the call itself failed: the worker is unusable
