@@ -569,7 +569,7 @@ print("ok")
 """
 
 
-def test_without_a_ray_a_local_one_starts_on_loopback_says_so_once_and_ends_at_exit() -> None:
+def test_without_a_ray_a_local_one_starts_says_so_once_and_ends_at_exit() -> None:
     # Without the variables this session's Ray set for its driver (RAY_ADDRESS, ...), and
     # pytest's, which Ray reads as a sign that it runs its own tests.
     environment = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal, cast
 
 from torch.utils.data import DataLoader
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
@@ -31,8 +31,9 @@ __all__ = [
 
 #: The built-in worker methods (plugins add theirs: ``worker_method_names()``).
 WORKER_METHODS: Final = (MULTIPROCESSING, THREAD, RAY)
-#: A registered worker method's name.
-WorkerMethod = str
+#: The built-in worker methods' names (the type checkers' and LightningCLI's choices);
+#: a plugin's name is accepted at run time too.
+WorkerMethod = Literal["multiprocessing", "thread", "ray"]
 
 
 def dataloader_takes_worker_method(loader_class: type[Any] = DataLoader) -> bool:
@@ -61,8 +62,9 @@ def check_worker_method(
             f"worker_method must be one of {quoted(names)}, got {worker_method!r}"
             f"{did_you_mean(worker_method, names)}"
         )
+    method = cast(WorkerMethod, worker_method)
     if worker_method == MULTIPROCESSING or not (isinstance(num_workers, int) and num_workers > 0):
-        return worker_method
+        return method
     pool = pool_class(worker_method)
     pool.check_arguments(
         num_workers=num_workers, dataset=dataset, multiprocessing_context=multiprocessing_context
@@ -73,7 +75,7 @@ def check_worker_method(
             f"{type(dataset).__name__}: each worker process shards its own copy of the "
             "graph, which these workers do not have; use worker_method='multiprocessing'"
         )
-    return worker_method
+    return method
 
 
 def check_worker_options(

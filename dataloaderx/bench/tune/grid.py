@@ -15,7 +15,7 @@ from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
 from dataloaderx.util.suggest import quoted
-from dataloaderx.workers.method import MULTIPROCESSING, THREAD, WORKER_METHODS
+from dataloaderx.workers.method import MULTIPROCESSING, THREAD
 
 __all__ = [
     "DEPTHS",
@@ -48,9 +48,9 @@ class Setting:
     worker_method: str = MULTIPROCESSING
 
     def __post_init__(self) -> None:
-        if self.worker_method not in WORKER_METHODS:
+        if self.worker_method not in WORKER_NAMES:  # the worker methods bench tries
             raise ValueError(
-                f"worker_method must be one of {quoted(WORKER_METHODS)}, got {self.worker_method!r}"
+                f"worker_method must be one of {quoted(WORKER_NAMES)}, got {self.worker_method!r}"
             )
         if self.worker_method not in worker_methods(self.loader, max(self.num_workers, 1)):
             raise ValueError(
