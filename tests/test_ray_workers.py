@@ -9,6 +9,7 @@ sharded iterable datasets, resume states. The actors run on the session's Ray cl
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pickle
 import random
@@ -30,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from dataloaderx import DataLoaderX
+from dataloaderx.cli import main
 from tests.helpers import (
     FailingDataset,
     RangeDataset,
@@ -639,3 +641,37 @@ def test_a_loader_that_lost_workers_goes_at_once_when_dropped() -> None:
         assert dropped() is None
     finally:
         gc.enable()
+
+
+# 9. bench --worker-method ray -------------------------------------------------------------
+
+
+def test_bench_runs_each_backend_with_ray_workers_too(capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = ["bench", "--dataset", "tests.bench_fixtures:tiny"]
+    arguments += ["--step", "tests.bench_fixtures:noop", "--batches", "2", "--rounds", "1"]
+    arguments += ["--no-progress", "--json", "--backends", "sync", "--num-workers", "1"]
+    assert main([*arguments, "--worker-method", "ray"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    rows = [(row["loader"], row["worker_method"]) for row in document["results"]]
+    assert rows == [
+        ("DataLoader", "multiprocessing"),
+        ("sync", "multiprocessing"),
+        ("sync", "thread"),
+        ("sync", "ray"),
+    ]
+    assert all(row["batches"] == 2 for row in document["results"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--worker-method ray needs workers: add --num-workers 2"),
+        (["--num-workers", "2", "--tune"], "--worker-method (--tune tries"),
+    ],
+    ids=["no-workers", "with-tune"],
+)
+def test_bench_worker_method_ray_needs_workers_and_no_tune(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["bench", "--worker-method", "ray", "--batches", "2", *extra]) == 2
+    assert message in capsys.readouterr().err
