@@ -13,6 +13,8 @@ What is measured (each part alone with ``--parts``):
 - ``scale``: items that wait 20 ms each (GIL released: remote storage, a remote decode),
   batch size 8: batches per second with 1, 2, 4, 8, 16 actors of 1/16 CPU each, and the
   loop's own ceiling (items that take no time, 16 actors).
+- ``nodes``: the ``scale`` workload with 16 actors on a simulated cluster of 4 worker
+  nodes (``ray.cluster_utils.Cluster``, all on this machine), spread over the nodes.
 - ``fault``: ``--kills`` epochs of 40 batches (2 workers, 20 ms items); in each, a worker's
   process is killed (``SIGKILL``) after 5 batches. Every epoch must give every batch once,
   in order; the longest wait for a batch after the kill is the stall (median, max).
@@ -34,11 +36,13 @@ import signal
 import statistics
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import ray
 import torch
+from ray.cluster_utils import Cluster
 from torch.utils.data import DataLoader, Dataset
 
 from dataloaderx import DataLoaderX
@@ -183,15 +187,49 @@ def scale() -> None:
     print(f"\nThe loop's ceiling (items that take no time, 16 actors): {rate:.0f} batches/s")
 
 
-def _pids() -> dict[int, int]:
-    """The worker processes of the only loader alive, by worker id."""
-    pids = {}
+def nodes() -> None:
+    print("\n## The same with 16 actors on 4 simulated worker nodes (SPREAD)\n")
+    ray.shutdown()
+    head = {"num_cpus": 1, "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    for _ in range(4):
+        cluster.add_node(num_cpus=1, resources={"loader_node": 1})
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        options = {"num_cpus": 1 / 16, "resources": {"loader_node": 1 / 16}}
+        loader = DataLoaderX(
+            Waits(272 * 8, 0.02),
+            batch_size=8,
+            num_workers=16,
+            worker_options=options,
+            backend="sync",
+            **RAY,
+        )
+        epoch_seconds(loader)
+        seconds, count = epoch_seconds(loader)
+        spread = sorted(Counter(place.node_id for place in _places().values()).values())
+        print(f"16 actors: {count / seconds:.1f} batches/s; actors per node: {spread}")
+        del loader
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+
+
+def _places() -> dict[int, Any]:
+    """Where the actors of the only loader alive run, by worker id."""
+    places = {}
     for actor in ray.util.list_named_actors(all_namespaces=True):
         if actor["namespace"] == NAMESPACE:
             handle = ray.get_actor(actor["name"], NAMESPACE)
             worker = int(actor["name"].rsplit("-w", 1)[1].split("-")[0])
-            pids[worker] = ray.get(handle.place.remote()).pid
-    return pids
+            places[worker] = ray.get(handle.place.remote())
+    return places
+
+
+def _pids() -> dict[int, int]:
+    """The worker processes of the only loader alive, by worker id."""
+    return {worker: place.pid for worker, place in _places().items()}
 
 
 def fault(kills: int) -> None:
@@ -222,7 +260,8 @@ def fault(kills: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", default=["handover", "first", "scale", "fault"])
+    parts = ["handover", "first", "scale", "nodes", "fault"]
+    parser.add_argument("--parts", nargs="+", default=parts)
     parser.add_argument("--mib", nargs="+", type=float, default=[8.0])
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--kills", type=int, default=20)
@@ -238,6 +277,8 @@ def main() -> None:
                 first_batch()
             elif part == "scale":
                 scale()
+            elif part == "nodes":
+                nodes()
             elif part == "fault":
                 fault(arguments.kills)
     finally:
