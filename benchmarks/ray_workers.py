@@ -15,6 +15,10 @@ What is measured (each part alone with ``--parts``):
   loop's own ceiling (items that take no time, 16 actors).
 - ``nodes``: the ``scale`` workload with 16 actors on a simulated cluster of 4 worker
   nodes (``ray.cluster_utils.Cluster``, all on this machine), spread over the nodes.
+- ``memory``: PSS after 2 epochs over 2,000,000 Python dicts (the copy-on-read workload of
+  ``benchmarks/worker_method.py``), 2 workers: the two worker processes of ``DataLoader``
+  (persistent, forked), against the two actors and all of Ray's processes; and the loop
+  process's own PSS.
 - ``fault``: ``--kills`` epochs of 40 batches (2 workers, 20 ms items); in each, a worker's
   process is killed (``SIGKILL``) after 5 batches. Every epoch must give every batch once,
   in order; the longest wait for a batch after the kill is the stall (median, max).
@@ -40,6 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import psutil
 import ray
 import torch
 from ray.cluster_utils import Cluster
@@ -187,6 +192,54 @@ def scale() -> None:
     print(f"\nThe loop's ceiling (items that take no time, 16 actors): {rate:.0f} batches/s")
 
 
+class Records(Dataset[torch.Tensor]):
+    """``size`` items, each read from one of 2,000,000 dicts held in a list."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items = [{"id": i, "label": i % 10, "name": f"item-{i}"} for i in range(2_000_000)]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        item = self.items[(index * 7919) % len(self.items)]
+        return torch.tensor([item["id"], item["label"], len(item["name"])])
+
+
+def _pss_mib(pids: Iterable[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total / 2**20
+
+
+def memory() -> None:
+    print("\n## Memory, copy-on-read workload (2,000,000 dicts), 2 workers, after 2 epochs\n")
+    dataset = Records(32 * 2048)
+    me = psutil.Process()
+    before = {child.pid for child in me.children(recursive=True)}
+    reference = DataLoader(dataset, batch_size=32, num_workers=2, persistent_workers=True)
+    for _ in range(2):
+        epoch_seconds(reference)
+    workers = {child.pid for child in me.children(recursive=True)} - before
+    print(f"worker processes: {_pss_mib(workers):.0f} MiB PSS (2 processes)")
+    del reference
+    loader = DataLoaderX(dataset, batch_size=32, num_workers=2, backend="sync", **RAY)
+    for _ in range(2):
+        epoch_seconds(loader)
+    actors = {place.pid for place in _places().values()}
+    everything = {child.pid for child in me.children(recursive=True)}
+    print(
+        f"Ray actors: {_pss_mib(actors):.0f} MiB PSS (2 actors); all of Ray's processes: "
+        f"{_pss_mib(everything):.0f} MiB; the loop's process: {_pss_mib([me.pid]):.0f} MiB"
+    )
+    del loader
+
+
 def nodes() -> None:
     print("\n## The same with 16 actors on 4 simulated worker nodes (SPREAD)\n")
     ray.shutdown()
@@ -260,7 +313,7 @@ def fault(kills: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts = ["handover", "first", "scale", "nodes", "fault"]
+    parts = ["handover", "first", "scale", "nodes", "memory", "fault"]
     parser.add_argument("--parts", nargs="+", default=parts)
     parser.add_argument("--mib", nargs="+", type=float, default=[8.0])
     parser.add_argument("--batches", type=int, default=24)
@@ -277,6 +330,8 @@ def main() -> None:
                 first_batch()
             elif part == "scale":
                 scale()
+            elif part == "memory":
+                memory()
             elif part == "nodes":
                 nodes()
             elif part == "fault":
