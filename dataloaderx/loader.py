@@ -17,20 +17,24 @@ from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.options import BackendSpec, resolve_backend
 from dataloaderx.resume.tracker import ResumeTracker
 from dataloaderx.stats import EpochStats, LoaderStats
-from dataloaderx.workers.iterator import ThreadWorkersIterator
+from dataloaderx.workers.contract import KeptWorkers
+from dataloaderx.workers.iterator import WorkersIterator
 from dataloaderx.workers.method import (
+    MULTIPROCESSING,
     THREAD,
     WorkerMethod,
     check_worker_method,
+    check_worker_options,
     dataloader_takes_worker_method,
 )
+from dataloaderx.workers.registry import pool_class
 
 __all__ = ["DataLoaderX"]
 
 T_co = TypeVar("T_co", covariant=True)
 
 #: The iterators that run workers, which a loader releases when an epoch ends early.
-_WITH_WORKERS: Final = (_MultiProcessingDataLoaderIter, ThreadWorkersIterator)
+_WITH_WORKERS: Final = (_MultiProcessingDataLoaderIter, WorkersIterator)
 _TORCH_WORKER_METHOD: Final = dataloader_takes_worker_method()
 
 
@@ -45,8 +49,13 @@ class DataLoaderX(DataLoader[T_co]):
     Args:
         worker_method: ``"multiprocessing"`` (the default): ``num_workers`` worker processes,
             as ``DataLoader``; ``"thread"``: ``num_workers`` worker threads in this process,
-            with the same batches, order and worker contract (``docs/thread-workers.md``).
-            A ``DataLoader`` of a torch that takes ``worker_method`` itself is given it.
+            with the same batches, order and worker contract (``docs/thread-workers.md``);
+            ``"ray"``: ``num_workers`` Ray actors, on this machine or a Ray cluster's
+            (``docs/ray-workers.md``); or a plugin's. A ``DataLoader`` of a torch that takes
+            ``worker_method`` itself is given ``"thread"`` and ``"multiprocessing"``.
+        worker_options: options for the workers of ``worker_method``; for ``"ray"``, the
+            actors' ``num_cpus``, ``memory``, ``resources``, ``scheduling_strategy``,
+            ``runtime_env``, ... (``docs/ray-workers.md``).
         backend: a registered backend name such as ``"thread"``, ``"background"`` or
             ``"sync"``; a mapping with a ``"name"`` key plus options, such as
             ``{"name": "thread", "depth": 4}``; or ``None`` for the ``DATALOADERX_BACKEND``
@@ -57,6 +66,7 @@ class DataLoaderX(DataLoader[T_co]):
     backend: BackendSpec
     backend_options: Mapping[str, Any] | None
     worker_method: WorkerMethod
+    worker_options: Mapping[str, Any] | None
 
     def __init__(
         self,
@@ -79,6 +89,7 @@ class DataLoaderX(DataLoader[T_co]):
         pin_memory_device: str = "",
         in_order: bool = True,
         worker_method: WorkerMethod = "multiprocessing",
+        worker_options: Mapping[str, Any] | None = None,
         backend: BackendSpec = None,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -89,8 +100,14 @@ class DataLoaderX(DataLoader[T_co]):
             dataset=dataset,
             multiprocessing_context=multiprocessing_context,
         )
+        self._worker_options = check_worker_options(self.worker_method, num_workers, worker_options)
+        self.worker_options = worker_options
+        #: Workers a worker method keeps between epochs; released with the loader.
+        self._kept_workers = KeptWorkers()
+        weakref.finalize(self, self._kept_workers.close)
         # A torch whose DataLoader has worker threads of its own runs them.
-        torch_arguments = {"worker_method": worker_method} if _TORCH_WORKER_METHOD else {}
+        torch_runs = _TORCH_WORKER_METHOD and self.worker_method in (MULTIPROCESSING, THREAD)
+        torch_arguments = {"worker_method": worker_method} if torch_runs else {}
         self._stats = EpochStats(common.stats)
         self.backend = backend
         self.backend_options = backend_options
@@ -189,14 +206,19 @@ class DataLoaderX(DataLoader[T_co]):
             self.pin_memory = True
 
     def _new_iterator(self) -> Any:
-        if self.num_workers > 0 and self.worker_method == THREAD and not _TORCH_WORKER_METHOD:
-            return ThreadWorkersIterator(self)
+        method = self.worker_method
+        torch_runs = method == MULTIPROCESSING or (method == THREAD and _TORCH_WORKER_METHOD)
+        if self.num_workers > 0 and not torch_runs:
+            return WorkersIterator(
+                self, pool_class(method), self._worker_options, self._kept_workers
+            )
         return super()._get_iterator()
 
     def check_worker_number_rationality(self) -> None:
-        # DataLoader warns of more worker processes than cores; threads waiting on I/O may
-        # well outnumber the cores.
-        if self.worker_method != THREAD:
+        # DataLoader warns of more worker processes than cores; threads waiting on I/O, or
+        # actors on other machines, may well outnumber this machine's cores.
+        method = self.worker_method
+        if method == MULTIPROCESSING or pool_class(method).counts_as_cores():
             super().check_worker_number_rationality()
 
     @property

@@ -21,6 +21,7 @@ from typing import Final, TypeVar
 
 from dataloaderx.contracts.backend import Backend
 from dataloaderx.errors import BackendUnavailableError, UnknownBackendError
+from dataloaderx.util.plugins import entry_points, subclass_or_none
 from dataloaderx.util.suggest import did_you_mean, quoted
 
 __all__ = [
@@ -135,16 +136,7 @@ def _scan_plugins() -> None:
         if _plugins_scanned:
             return
         _plugins_scanned = True
-        try:
-            found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-        except Exception as exc:  # noqa: BLE001 - broken metadata must not break lookups
-            warnings.warn(
-                f"dataloaderx: could not read the {ENTRY_POINT_GROUP!r} entry points: {exc!r}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return
-        for entry_point in found:
+        for entry_point in entry_points(ENTRY_POINT_GROUP):
             dist = _distribution_name(entry_point)
             owner = _claimed_by(entry_point.name)
             if owner is not None:
@@ -178,15 +170,16 @@ def _load(entry: BackendEntry) -> type[Backend]:
             f"(entry point {entry_point.value!r}), which failed to import: {exc!r}; "
             f"fix or uninstall {dist!r}, or choose another backend"
         ) from exc
-    if not (isinstance(loaded, type) and issubclass(loaded, Backend)):
+    backend_class: type[Backend] | None = subclass_or_none(loaded, Backend)
+    if backend_class is None:
         raise BackendUnavailableError(
             f"backend {entry.name!r} from plugin distribution {dist!r} points at "
             f"{entry_point.value!r}, which is {loaded!r}, not a dataloaderx.Backend subclass"
         )
-    loaded.name = entry.name
+    backend_class.name = entry.name
     with _lock:
-        _entries[entry.name] = dataclasses.replace(entry, backend_class=loaded)
-    return loaded
+        _entries[entry.name] = dataclasses.replace(entry, backend_class=backend_class)
+    return backend_class
 
 
 def registered_backends() -> Mapping[str, BackendEntry]:

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
+import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 import torch
 from hypothesis import settings
@@ -30,14 +35,70 @@ def backend(request: pytest.FixtureRequest) -> str:
     return name
 
 
+#: The processes of the test session's Ray cluster (``ray_cluster``): they, and the workers
+#: they start, are Ray's; the Ray tests count the actors they leave themselves.
+_RAY_PROCESSES: set[int] = set()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Any]:
+    """One Ray cluster on this machine for the whole session, the driver connected: a head
+    (4 CPUs) and two worker nodes with 2 CPUs and 2 units of the resource ``loader_node``
+    each. Skipped, with the reason, where Ray is not installed."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed: pip install 'dataloaderx[ray]'")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    before = child_pids()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 4, "include_dashboard": False},
+    )
+    for _ in range(2):
+        cluster.add_node(num_cpus=2, resources={"loader_node": 2})
+    # The actors import this repository's tests (the datasets they hold) as the driver does.
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    ray.init(
+        address=cluster.address,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+        log_to_driver=False,
+    )
+    _RAY_PROCESSES.update(child_pids() - before)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        _RAY_PROCESSES.clear()
+
+
+def _own_children() -> set[int]:
+    """Child processes, less the session's Ray processes and those they started."""
+    return {pid for pid in child_pids() if not _under(pid, _RAY_PROCESSES)}
+
+
+def _under(pid: int, roots: set[int]) -> bool:
+    if not roots:
+        return False
+    try:
+        chain = [pid, *(parent.pid for parent in psutil.Process(pid).parents())]
+    except psutil.Error:
+        return False
+    return any(each in roots for each in chain)
+
+
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
     """Fail any test that leaves a thread or a child process running."""
     threads = set(threading.enumerate())
-    children = child_pids()
+    children = _own_children()
     yield
     gc.collect()
-    left_threads, left_children = wait_until_clean(threads, children, within=5.0)
+    left_threads, left_children = wait_until_clean(
+        threads, children, within=5.0, list_children=_own_children
+    )
     assert not left_threads, f"threads left running: {left_threads}"
     assert not left_children, f"child processes left running: {describe_processes(left_children)}"
 

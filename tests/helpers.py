@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from dataloaderx import get_backend
 from dataloaderx.contracts.policy import INLINE, PREFETCH, Cycles, Verdict
@@ -140,6 +140,18 @@ class ShortLenIterable(IterableDataset[torch.Tensor]):
         return iter(torch.arange(self.actual))
 
 
+class Sharded(IterableDataset[int]):
+    """Worker ``k`` of ``n`` yields ``k, k + n, ...`` below ``size + 4 * k``: uneven shards."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self) -> Iterator[int]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(worker, self.size + 4 * worker, workers))
+
+
 class FailingSampler(torch.utils.data.Sampler[int]):
     """Yields ``0..size-1`` but raises ``LookupError`` at position ``fail_at``."""
 
@@ -257,13 +269,16 @@ def extra_threads(baseline: set[threading.Thread]) -> list[threading.Thread]:
 
 
 def wait_until_clean(
-    threads: set[threading.Thread], children: set[int], within: float
+    threads: set[threading.Thread],
+    children: set[int],
+    within: float,
+    list_children: Callable[[], set[int]] = child_pids,
 ) -> tuple[list[threading.Thread], set[int]]:
     """Poll until no thread or child beyond the baselines is alive; return what is left."""
     deadline = time.monotonic() + within
     while True:
         left_threads = extra_threads(threads)
-        left_children = child_pids() - children
+        left_children = list_children() - children
         if (not left_threads and not left_children) or time.monotonic() >= deadline:
             return left_threads, left_children
         gc.collect()

@@ -17,7 +17,6 @@ import time
 import warnings
 import weakref
 from collections import Counter as Tally
-from collections.abc import Iterator
 from typing import Any
 
 import numpy
@@ -28,7 +27,6 @@ from torch.utils.data import (
     DataLoader,
     Dataset,
     DistributedSampler,
-    IterableDataset,
     SequentialSampler,
     get_worker_info,
 )
@@ -37,11 +35,12 @@ from torch.utils.data._utils import worker as torch_worker
 import dataloaderx.loader as loader_module
 import dataloaderx.workers.info as info_module
 from dataloaderx import DataLoaderX
-from dataloaderx.workers.iterator import ThreadWorkersIterator
+from dataloaderx.workers.iterator import WorkersIterator
 from dataloaderx.workers.method import dataloader_takes_worker_method
 from tests.helpers import (
     FailingDataset,
     RangeDataset,
+    Sharded,
     StructDataset,
     assert_same,
     failing_collate,
@@ -85,18 +84,6 @@ class WhoMadeIt(Dataset[torch.Tensor]):
                 rng.numpy_generator.rand(),
             ]
         return torch.tensor([index, info.id, info.num_workers, info.seed, *draws])
-
-
-class Sharded(IterableDataset[int]):
-    """Worker ``k`` of ``n`` yields ``k, k + n, ...`` below ``size + 4 * k``: uneven shards."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __iter__(self) -> Iterator[int]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        return iter(range(worker, self.size + 4 * worker, workers))
 
 
 def processes_and_threads(
@@ -586,5 +573,5 @@ def test_a_dataloader_with_worker_method_is_given_it(monkeypatch: pytest.MonkeyP
     loader = DataLoaderX(RangeDataset(4), num_workers=2, backend="sync", **THREADS)
     assert given == ["thread"]
     iterator = iter(loader)
-    assert not isinstance(iterator._inner, ThreadWorkersIterator)  # DataLoader's own, here
+    assert not isinstance(iterator._inner, WorkersIterator)  # DataLoader's own, here
     assert len(list(iterator)) == 4

@@ -21,6 +21,7 @@ from dataloaderx.bench.tune.tuner import TuneConfig, run_tune
 from dataloaderx.engine.buffer_options import AUTO, check_depth, check_max_bytes
 from dataloaderx.registry import available_backends, registered_backends
 from dataloaderx.util.suggest import did_you_mean, quoted
+from dataloaderx.workers.method import RAY
 
 __all__ = ["add_arguments", "run"]
 
@@ -37,6 +38,7 @@ _NOT_WITH_TUNE = {
     "rounds": "--rounds (the sweep runs the leaders as often as --budget allows)",
     "depth": "--depth (the sweep tries depth=2 and depth='auto')",
     "max_bytes": "--max-bytes",
+    "worker_method": "--worker-method (--tune tries worker processes and threads)",
 }
 
 
@@ -105,6 +107,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="your num_workers (default 0); above 0, each backend runs with worker processes "
         "and with worker threads (worker_method='thread')",
+    )
+    parser.add_argument(
+        "--worker-method",
+        choices=[RAY],
+        help="also run each backend with Ray workers (worker_method='ray'; needs "
+        "--num-workers above 0 and pip install 'dataloaderx[ray]'): a Ray already "
+        "initialised, RAY_ADDRESS's cluster, or a local one; each run starts its actors",
     )
     parser.add_argument(
         "--batches",
@@ -184,6 +193,10 @@ def _workload(args: argparse.Namespace) -> Workload:
 def _config(args: argparse.Namespace) -> BenchConfig:
     if args.budget is not None:
         raise BenchError("--budget applies to --tune only: add --tune, or leave --budget out")
+    if args.worker_method is not None and args.num_workers == 0:
+        raise BenchError(
+            f"--worker-method {args.worker_method} needs workers: add --num-workers 2 (or more)"
+        )
     run = _workload(args)
     return BenchConfig(
         dataset=run.dataset,
@@ -195,6 +208,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         rounds=args.rounds or ROUNDS,
         depth=args.depth,
         max_bytes=args.max_bytes,
+        extra_methods=() if args.worker_method is None else (args.worker_method,),
     )
 
 

@@ -20,7 +20,7 @@ from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
 from dataloaderx.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEvent
-from dataloaderx.workers.method import MULTIPROCESSING, THREAD
+from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
 
 __all__ = [
     "BASELINE",
@@ -44,8 +44,8 @@ _MIB: Final = 1024**2
 #: The ``depth`` prefetching backends use when none is given.
 DEFAULT_DEPTH: Final = 2
 #: How labels and tables name each worker method.
-WORKER_NAMES: Final = {MULTIPROCESSING: "processes", THREAD: "threads"}
-_ONE_WORKER: Final = {MULTIPROCESSING: "process", THREAD: "thread"}
+WORKER_NAMES: Final = {MULTIPROCESSING: "processes", THREAD: "threads", RAY: "Ray actors"}
+_ONE_WORKER: Final = {MULTIPROCESSING: "process", THREAD: "thread", RAY: "Ray actor"}
 
 
 def workers_text(num_workers: int, worker_method: str) -> str:
@@ -56,13 +56,13 @@ def workers_text(num_workers: int, worker_method: str) -> str:
     return f"{num_workers} {names[worker_method]}"
 
 
-def worker_methods(loader: str, num_workers: int) -> tuple[str, ...]:
-    """The worker methods ``loader`` is tried with: processes, and threads for a
-    ``DataLoaderX`` backend with workers (``DataLoader`` has no worker threads; without
-    workers the method changes nothing)."""
+def worker_methods(loader: str, num_workers: int, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The worker methods ``loader`` is tried with: processes, and threads (and ``extra``,
+    such as Ray workers) for a ``DataLoaderX`` backend with workers (``DataLoader`` has no
+    other workers; without workers the method changes nothing)."""
     if loader == BASELINE or num_workers == 0:
         return (MULTIPROCESSING,)
-    return (MULTIPROCESSING, THREAD)
+    return (MULTIPROCESSING, THREAD, *extra)
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,8 @@ class BenchConfig:
     #: ``depth`` and ``max_bytes`` for every backend that takes them (``None``: its default).
     depth: int | str | None = None
     max_bytes: int | None = None
+    #: Worker methods tried besides processes and threads (``bench --worker-method ray``).
+    extra_methods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,8 @@ class BenchResult:
             )
         run = self.typical(best)
         arguments = f"backend={best.loader!r}"
-        if best.worker_method == THREAD:
-            arguments += f", worker_method={THREAD!r}"
+        if best.worker_method != MULTIPROCESSING:
+            arguments += f", worker_method={best.worker_method!r}"
         line = f"use DataLoaderX({arguments}): {self.speedup(best):.2f}x DataLoader's throughput"
         if run.stats is not None:
             line += f"; with it, {run.stats.summary()}"
@@ -202,8 +204,8 @@ def _make_loader(contestant: Contestant, config: BenchConfig) -> DataLoader[Any]
     common: dict[str, Any] = {"batch_size": config.batch_size, "num_workers": config.num_workers}
     if contestant.loader == BASELINE:
         return DataLoader(config.dataset, **common)
-    if contestant.worker_method == THREAD:
-        common["worker_method"] = THREAD
+    if contestant.worker_method != MULTIPROCESSING:
+        common["worker_method"] = contestant.worker_method
     options: dict[str, Any] = {"stats": "trace"}
     accepted = backend_option_names(get_backend(contestant.loader)) or []
     for option in ("depth", "max_bytes"):
@@ -250,18 +252,20 @@ def run_once(contestant: Contestant, config: BenchConfig, progress: Progress) ->
     return RunResult(contestant.label, seconds, count, waited, first, stats)
 
 
-def contestants(backends: Sequence[str], num_workers: int) -> list[Contestant]:
+def contestants(
+    backends: Sequence[str], num_workers: int, extra: tuple[str, ...] = ()
+) -> list[Contestant]:
     """``DataLoader`` first, then each backend once per worker method."""
     return [
         Contestant(name, num_workers, method)
         for name in [BASELINE, *dict.fromkeys(backends)]
-        for method in worker_methods(name, num_workers)
+        for method in worker_methods(name, num_workers, extra)
     ]
 
 
 def run_bench(config: BenchConfig, *, progress: bool = True) -> BenchResult:
     """Run every contestant ``config.rounds`` times, alternating, and collect the runs."""
-    everyone = contestants(config.backends, config.num_workers)
+    everyone = contestants(config.backends, config.num_workers, config.extra_methods)
     runs: dict[Contestant, list[RunResult]] = {contestant: [] for contestant in everyone}
     total = config.rounds * len(everyone) * config.batches
     with Progress(total, enabled=progress) as bar:

@@ -8,6 +8,9 @@ otherwise: ``None`` in the loop's thread, a worker process's info in a worker pr
 The original body is checked first; :func:`install` refuses a torch whose function is not
 the plain return of that global.
 
+A worker that is a process of its own but not a worker process of ``DataLoader`` (a Ray
+actor) sets its info for every thread of the process with :func:`set_process_info`.
+
 One caller is answered as in the loop's thread: torch's ``collate_tensor_fn`` (the tensor
 case of ``default_collate``), which takes a worker's info as the sign that its batch goes
 to another process, and stacks it into a new shared-memory segment. A worker thread hands
@@ -32,7 +35,7 @@ from torch.utils.data import Dataset
 from torch.utils.data._utils import collate as torch_collate
 from torch.utils.data._utils import worker as torch_worker
 
-__all__ = ["install", "set_thread_info", "worker_info"]
+__all__ = ["install", "set_process_info", "set_thread_info", "worker_info"]
 
 #: The name under which :func:`_calling_thread_info` is reachable from ``get_worker_info``'s
 #: globals.
@@ -49,6 +52,8 @@ class _Local(threading.local):
 
 
 _LOCAL: Final = _Local()
+#: The ``WorkerInfo`` of every thread of this process without one of its own, or ``None``.
+_process_info: Any = None
 _lock = threading.Lock()
 _installed = False
 
@@ -60,6 +65,8 @@ def _thread_aware() -> Any:  # the body given to torch's get_worker_info, in its
 def _calling_thread_info(process_info: Any) -> Any:
     """What ``get_worker_info()`` returns to its caller, given the module global."""
     info = _LOCAL.info
+    if info is None:
+        info = _process_info
     if info is None or sys._getframe(2).f_code is _SHARED_MEMORY_COLLATION:
         return process_info
     return info
@@ -93,10 +100,24 @@ def set_thread_info(info: Any) -> None:
     _LOCAL.info = info
 
 
-def worker_info(dataset: Dataset[Any], worker_id: int, num_workers: int, base_seed: int) -> Any:
-    """The ``WorkerInfo`` of worker thread ``worker_id``: the seed a worker process would get
-    from the same base seed; where torch's ``WorkerInfo`` has them, ``worker_method`` and
-    per-thread generators in the states a worker process's global ones start from."""
+def set_process_info(info: Any) -> None:
+    """Make ``info`` what ``get_worker_info()`` returns in every thread of this process that
+    has no info of its own (call :func:`install` first)."""
+    global _process_info
+    with _lock:
+        _process_info = info
+
+
+def worker_info(
+    dataset: Dataset[Any],
+    worker_id: int,
+    num_workers: int,
+    base_seed: int,
+    method: str = "thread",
+) -> Any:
+    """The ``WorkerInfo`` of worker ``worker_id``: the seed a worker process would get from
+    the same base seed; where torch's ``WorkerInfo`` has them, ``worker_method`` and
+    per-worker generators in the states a worker process's global ones start from."""
     seed = base_seed + worker_id
     fields: dict[str, Any] = {
         "id": worker_id,
@@ -117,5 +138,5 @@ def worker_info(dataset: Dataset[Any], worker_id: int, num_workers: int, base_se
             torch_generator=torch.Generator().manual_seed(seed),
             numpy_generator=RandomState(numpy_seed),
         )
-        fields["worker_method"] = "thread"
+        fields["worker_method"] = method
     return torch_worker.WorkerInfo(**fields)

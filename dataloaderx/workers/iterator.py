@@ -1,12 +1,13 @@
-"""``DataLoader``'s iterator with worker threads in the loader's process for worker processes.
+"""``DataLoader``'s iterator over the workers of a worker method other than processes.
 
 It is a ``_BaseDataLoaderIter``, as PyTorch's own iterators are: the sampler, the base seed
 drawn from the loader's ``generator``, ``len()``, the persistent-workers reset and the
-profiler label are PyTorch's. What differs is where a batch is made: a worker thread of
-:mod:`dataloaderx.workers.pool`, which hands it over as an object, not pickled through
-shared memory. The shutdown: the end of a non-persistent epoch, ``_shutdown_workers()`` (the
-loader's release of a left epoch) and garbage collection stop the threads, each within the
-task it is running; the threads hold no reference to this iterator.
+profiler label are PyTorch's. What differs is where a batch is made: a worker of a
+:class:`~dataloaderx.workers.contract.WorkerPool` (a thread of this process, a Ray actor),
+while this iterator keeps the order, the timeout and the errors for every method. The
+shutdown: the end of a non-persistent epoch, ``_shutdown_workers()`` (the loader's release
+of a left epoch) and garbage collection close the pool; the pool holds no reference to this
+iterator.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import time
 import traceback
 import weakref
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import torch
@@ -24,15 +26,16 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from dataloaderx.engine.producer import thread_name
 from dataloaderx.engine.stream import POLL_SECONDS
+from dataloaderx.workers.contract import KeptWorkers, Outcome, Result, WorkerPool, WorkerSetup
 from dataloaderx.workers.info import install
-from dataloaderx.workers.pool import Outcome, Result, WorkerSetup, WorkerThreads
+from dataloaderx.workers.pool import WorkerThreads
 from dataloaderx.workers.schedule import Schedule
 
-__all__ = ["ThreadWorkersIterator"]
+__all__ = ["WorkersIterator"]
 
 
-def _stop(workers: WorkerThreads, owner_pid: int) -> None:
-    if os.getpid() == owner_pid:  # a forked child has none of these threads
+def _stop(workers: WorkerPool, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # a forked child has none of these workers
         workers.close()
 
 
@@ -44,14 +47,20 @@ def _reraise(wrapper: ExceptionWrapper) -> NoReturn:
     except BaseException as error:
         traceback.clear_frames(error.__traceback__)
         raise
-    raise RuntimeError(f"a DataLoader worker thread failed: {wrapper.exc_msg}")
+    raise RuntimeError(f"a DataLoader worker failed: {wrapper.exc_msg}")
 
 
-class ThreadWorkersIterator(_BaseDataLoaderIter):
-    """One epoch (or, with ``persistent_workers``, every epoch) of a loader with
-    ``worker_method="thread"``."""
+class WorkersIterator(_BaseDataLoaderIter):
+    """One epoch (or, with ``persistent_workers``, every epoch) of a loader whose workers
+    are a ``pool_class``'s (by default worker threads)."""
 
-    def __init__(self, loader: DataLoader[Any]) -> None:
+    def __init__(
+        self,
+        loader: DataLoader[Any],
+        pool_class: type[WorkerPool] = WorkerThreads,
+        options: Mapping[str, Any] | None = None,
+        kept: KeptWorkers | None = None,
+    ) -> None:
         super().__init__(loader)
         install()
         self._prefetch_factor: int = loader.prefetch_factor or 2
@@ -71,9 +80,9 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
             base_seed=int(self._base_seed),
             pin=pin,
         )
-        self._pool = WorkerThreads(setup, name=thread_name("worker"))
-        #: The worker threads, by worker id (where PyTorch's iterator has its processes).
-        self._workers = list(self._pool.threads)
+        self._pool = pool_class(setup, thread_name("worker"), options, kept)
+        #: The workers, by worker id (where PyTorch's iterator has its processes).
+        self._workers = self._pool.handles
         self._finalizer = weakref.finalize(self, _stop, self._pool, os.getpid())
         self._shutdown = False
         self._epoch = 0
@@ -116,7 +125,7 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
 
     def _receive(self) -> Result:
         """The next result of this epoch; raise after ``timeout`` seconds, as ``DataLoader``,
-        or when a worker thread ended without one."""
+        or when a worker ended without one."""
         timeout = self._timeout
         deadline = time.monotonic() + timeout if timeout > 0 else None
         while True:
@@ -126,11 +135,14 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
                 if result.epoch == self._epoch:
                     return result
                 continue  # a task of an earlier epoch that was running when it was left
+            if deadline is not None and self._pool.starting():
+                deadline = time.monotonic() + timeout
             if deadline is not None and time.monotonic() >= deadline:
                 raise RuntimeError(f"DataLoader timed out after {timeout} seconds")
             ended = self._pool.ended()
             if ended:  # as DataLoader says of a dead worker process
-                raise RuntimeError(f"DataLoader worker thread(s) {ended} exited unexpectedly")
+                named = ", ".join(self._pool.describe(worker) for worker in ended)
+                raise RuntimeError(f"DataLoader {named} exited unexpectedly")
 
     def _open(self, result: Result) -> Any:
         if result.outcome is Outcome.BATCH:
@@ -138,11 +150,12 @@ class ThreadWorkersIterator(_BaseDataLoaderIter):
         if result.outcome is Outcome.FAILED:
             _reraise(result.payload)
         raise RuntimeError(
-            f"DataLoader worker thread {result.worker} exited unexpectedly: {result.payload!r}"
+            f"DataLoader {self._pool.describe(result.worker)} exited unexpectedly: "
+            f"{result.payload!r}"
         ) from result.payload
 
     def _shutdown_workers(self) -> None:
-        """Stop the worker threads (once); as PyTorch's iterator's, which the loader calls."""
+        """Stop the workers (once); as PyTorch's iterator's, which the loader calls."""
         if not self._shutdown:
             self._shutdown = True
             self._finalizer()

@@ -3,27 +3,37 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Final, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal, cast
 
 from torch.utils.data import DataLoader
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from dataloaderx.util.suggest import did_you_mean, quoted
+from dataloaderx.workers.registry import (
+    MULTIPROCESSING,
+    RAY,
+    THREAD,
+    pool_class,
+    worker_method_names,
+)
 
 __all__ = [
     "MULTIPROCESSING",
+    "RAY",
     "THREAD",
     "WORKER_METHODS",
     "WorkerMethod",
     "check_worker_method",
+    "check_worker_options",
     "dataloader_takes_worker_method",
 ]
 
-#: The names PyTorch's ``WorkerInfo.worker_method`` uses.
-MULTIPROCESSING: Final = "multiprocessing"
-THREAD: Final = "thread"
-WORKER_METHODS: Final = (MULTIPROCESSING, THREAD)
-WorkerMethod = Literal["multiprocessing", "thread"]
+#: The built-in worker methods (plugins add theirs: ``worker_method_names()``).
+WORKER_METHODS: Final = (MULTIPROCESSING, THREAD, RAY)
+#: The built-in worker methods' names (the type checkers' and LightningCLI's choices);
+#: a plugin's name is accepted at run time too.
+WorkerMethod = Literal["multiprocessing", "thread", "ray"]
 
 
 def dataloader_takes_worker_method(loader_class: type[Any] = DataLoader) -> bool:
@@ -36,32 +46,54 @@ def check_worker_method(
 ) -> WorkerMethod:
     """Return ``worker_method`` if it is valid with the other arguments, else raise.
 
-    With ``"thread"`` and workers, ``multiprocessing_context`` is an error (no process
-    starts, so a start method would be silently ignored), and so is a datapipe dataset
-    (each worker would shard the one graph all the threads share). Without workers,
+    With workers that are not processes, ``multiprocessing_context`` is an error (no
+    process starts, so a start method would be silently ignored), and so is a datapipe
+    dataset (each worker process would shard its own copy of the graph). Without workers,
     ``DataLoader``'s own checks apply.
     """
+    names = worker_method_names()
     if not isinstance(worker_method, str):
         raise TypeError(
-            f"worker_method must be one of {quoted(WORKER_METHODS)}, "
+            f"worker_method must be one of {quoted(names)}, "
             f"got {worker_method!r} ({type(worker_method).__name__})"
         )
-    if worker_method not in WORKER_METHODS:
+    if worker_method not in names:
         raise ValueError(
-            f"worker_method must be one of {quoted(WORKER_METHODS)}, got {worker_method!r}"
-            f"{did_you_mean(worker_method, WORKER_METHODS)}"
+            f"worker_method must be one of {quoted(names)}, got {worker_method!r}"
+            f"{did_you_mean(worker_method, names)}"
         )
-    threads = worker_method == THREAD and isinstance(num_workers, int) and num_workers > 0
-    if threads and multiprocessing_context is not None:
+    method = cast(WorkerMethod, worker_method)
+    if worker_method == MULTIPROCESSING or not (isinstance(num_workers, int) and num_workers > 0):
+        return method
+    pool = pool_class(worker_method)
+    pool.check_arguments(
+        num_workers=num_workers, dataset=dataset, multiprocessing_context=multiprocessing_context
+    )
+    if isinstance(dataset, (IterDataPipe, MapDataPipe)):
         raise ValueError(
-            f"multiprocessing_context={multiprocessing_context!r} does not apply to "
-            "worker_method='thread': worker threads start no process. Remove "
-            "multiprocessing_context, or use worker_method='multiprocessing'"
+            f"worker_method={worker_method!r} cannot shard the datapipe "
+            f"{type(dataset).__name__}: each worker process shards its own copy of the "
+            "graph, which these workers do not have; use worker_method='multiprocessing'"
         )
-    if threads and isinstance(dataset, (IterDataPipe, MapDataPipe)):
-        raise ValueError(
-            f"worker_method='thread' cannot shard the datapipe {type(dataset).__name__}: "
-            "all worker threads share one graph, which each worker process would shard "
-            "for itself; use worker_method='multiprocessing'"
+    return method
+
+
+def check_worker_options(
+    worker_method: str, num_workers: int, worker_options: Mapping[str, Any] | None
+) -> Mapping[str, Any]:
+    """Return ``worker_options`` validated for ``worker_method`` (``{}`` for ``None``)."""
+    options: Mapping[str, Any] = {} if worker_options is None else worker_options
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"worker_options must be a mapping such as {{'num_cpus': 1}} or None, "
+            f"got {worker_options!r} ({type(worker_options).__name__})"
         )
-    return THREAD if worker_method == THREAD else MULTIPROCESSING
+    if worker_method == MULTIPROCESSING or not (isinstance(num_workers, int) and num_workers > 0):
+        if options:
+            raise ValueError(
+                f"worker_options={dict(options)!r} needs workers that take options, and "
+                f"worker_method={worker_method!r} with num_workers={num_workers!r} has none; "
+                "remove worker_options, or use worker_method='ray' with num_workers > 0"
+            )
+        return options
+    return pool_class(worker_method).check_options(options)

@@ -11,7 +11,6 @@ a process, it runs torch on one intra-op thread where that setting can be the th
 
 from __future__ import annotations
 
-import enum
 import queue
 import threading
 import time
@@ -24,32 +23,11 @@ from torch.utils.data._utils.pin_memory import pin_memory
 from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS, POLL_SECONDS
+from dataloaderx.workers.contract import Outcome, Result, WorkerPool
 from dataloaderx.workers.info import set_thread_info, worker_info
 from dataloaderx.workers.intra_op import one_intra_op_thread
 
-__all__ = ["Outcome", "Result", "WorkerSetup", "WorkerThreads"]
-
-
-class Outcome(enum.Enum):
-    """What a task gave."""
-
-    BATCH = "batch"
-    #: The batch's ``Exception``, wrapped as a worker process wraps it.
-    FAILED = "failed"
-    #: The worker's iterable dataset has no more batches this epoch.
-    EXHAUSTED = "exhausted"
-    #: A ``BaseException`` that is not an ``Exception`` ended the thread.
-    FATAL = "fatal"
-
-
-class Result(NamedTuple):
-    """A task's outcome, as the loop receives it."""
-
-    epoch: int
-    task: int
-    worker: int
-    outcome: Outcome
-    payload: Any
+__all__ = ["WorkerThreads"]
 
 
 class _Task(NamedTuple):
@@ -58,28 +36,13 @@ class _Task(NamedTuple):
     indices: Any
 
 
-class WorkerSetup(NamedTuple):
-    """What every worker thread makes its fetcher from: the loader's arguments."""
-
-    dataset_kind: int
-    dataset: Any
-    auto_collation: bool
-    collate_fn: Callable[[Any], Any]
-    drop_last: bool
-    init_fn: Callable[[int], None] | None
-    num_workers: int
-    base_seed: int
-    #: The accelerator type to pin batches for and the device to pin them on, or ``None``.
-    pin: tuple[str, int] | None
-
-
 #: Sent to a worker: the next tasks belong to a new epoch (persistent workers).
 _NEW_EPOCH = "new epoch"
 #: Sent to a worker: end.
 _STOP = "stop"
 
 
-class WorkerThreads:
+class WorkerThreads(WorkerPool):
     """``setup.num_workers`` daemon threads named ``name-<id>``; thread-safe.
 
     :meth:`send` queues a task for one worker; :meth:`receive` returns the next
@@ -87,8 +50,8 @@ class WorkerThreads:
     when :meth:`new_epoch` is called are skipped.
     """
 
-    def __init__(self, setup: WorkerSetup, name: str) -> None:
-        self._setup = setup
+    def _start(self, name: str) -> None:
+        setup = self._setup
         self._inboxes: list[queue.SimpleQueue[_Task | str]] = [
             queue.SimpleQueue() for _ in range(setup.num_workers)
         ]
@@ -122,6 +85,13 @@ class WorkerThreads:
         for inbox in self._inboxes:
             inbox.put(_NEW_EPOCH)
         return epoch
+
+    def describe(self, worker: int) -> str:
+        return f"worker thread {worker}"
+
+    @property
+    def handles(self) -> list[Any]:
+        return list(self.threads)
 
     def receive(self, timeout: float) -> Result | None:
         """The next result, waiting up to ``timeout`` seconds (``None``: none came)."""

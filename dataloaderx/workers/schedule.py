@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 
-from dataloaderx.workers.pool import Outcome, Result
+from dataloaderx.workers.contract import Outcome, Result
 
 __all__ = ["Schedule"]
 

@@ -15,7 +15,10 @@ from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
 from dataloaderx.util.suggest import quoted
-from dataloaderx.workers.method import MULTIPROCESSING, THREAD, WORKER_METHODS
+from dataloaderx.workers.method import MULTIPROCESSING, THREAD
+
+#: The worker methods ``--tune`` tries.
+_TUNED_METHODS = (MULTIPROCESSING, THREAD)
 
 __all__ = [
     "DEPTHS",
@@ -48,9 +51,9 @@ class Setting:
     worker_method: str = MULTIPROCESSING
 
     def __post_init__(self) -> None:
-        if self.worker_method not in WORKER_METHODS:
+        if self.worker_method not in _TUNED_METHODS:
             raise ValueError(
-                f"worker_method must be one of {quoted(WORKER_METHODS)}, got {self.worker_method!r}"
+                f"worker_method must be one of {quoted(_TUNED_METHODS)}, got {self.worker_method!r}"
             )
         if self.worker_method not in worker_methods(self.loader, max(self.num_workers, 1)):
             raise ValueError(

@@ -1,0 +1,208 @@
+"""What a worker method implements: :class:`WorkerPool`, the tasks' :class:`Result` and the
+:class:`WorkerSetup` every worker makes its fetcher from.
+
+A pool runs an epoch's tasks on ``num_workers`` workers (threads in this process, actors on
+a cluster, ...); :class:`~dataloaderx.workers.iterator.WorkersIterator` owns everything else
+(order, timeouts, resume, errors), so a new worker method is one pool class, registered in
+:mod:`dataloaderx.workers.registry`. Optional capabilities are methods with defaults here.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from dataloaderx.engine.stream import POLL_SECONDS
+
+__all__ = ["KeptWorkers", "Outcome", "Result", "WorkerPool", "WorkerSetup"]
+
+
+class Outcome(enum.Enum):
+    """What a task gave."""
+
+    BATCH = "batch"
+    #: The batch's ``Exception``, wrapped as a worker process wraps it.
+    FAILED = "failed"
+    #: The worker's iterable dataset has no more batches this epoch.
+    EXHAUSTED = "exhausted"
+    #: A ``BaseException`` that is not an ``Exception`` ended the worker.
+    FATAL = "fatal"
+
+
+class Result(NamedTuple):
+    """A task's outcome, as the loop receives it."""
+
+    epoch: int
+    task: int
+    worker: int
+    outcome: Outcome
+    payload: Any
+
+
+class WorkerSetup(NamedTuple):
+    """What every worker makes its fetcher from: the loader's arguments."""
+
+    dataset_kind: int
+    dataset: Any
+    auto_collation: bool
+    collate_fn: Callable[[Any], Any]
+    drop_last: bool
+    init_fn: Callable[[int], None] | None
+    num_workers: int
+    base_seed: int
+    #: The accelerator type to pin batches for and the device to pin them on, or ``None``.
+    pin: tuple[str, int] | None
+
+
+class KeptWorkers:
+    """What a loader keeps of its workers between epochs (for a pool that keeps any), and
+    releases when the loader is collected; thread-safe.
+
+    A pool :meth:`take` s the workers kept (or starts its own), and gives them back with
+    :meth:`keep` when it closes. While another pool still has them, :meth:`take` waits a
+    little: the previous epoch of a loop that left it early is closing.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._kept: Any = None
+        self._release: Callable[[Any], None] | None = None
+        #: Pools that took (or started) workers and have not given them back.
+        self._out = 0
+        self._closed = False
+
+    def __reduce__(self) -> tuple[type[KeptWorkers], tuple[()]]:
+        # A copy of the loader (pickled, deep-copied) starts its own workers.
+        return KeptWorkers, ()
+
+    def take(self, timeout: float) -> Any:
+        """The workers kept (``None``: none, start new ones); waits up to ``timeout``
+        seconds for those another pool has. Every ``take`` is answered by :meth:`keep`."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._kept is None and self._out and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(min(left, POLL_SECONDS))
+            self._out += 1
+            kept, self._kept, self._release = self._kept, None, None
+            return kept
+
+    def keep(self, workers: Any, release: Callable[[Any], None]) -> bool:
+        """Give back ``workers`` (``None``: none) to be kept for the next epoch, released with
+        ``release``; ``False`` (not kept) once the loader is gone, or while others are."""
+        with self._changed:
+            self._out -= 1
+            self._changed.notify_all()
+            if workers is None or self._closed or self._kept is not None:
+                return False
+            self._kept, self._release = workers, release
+            return True
+
+    def close(self) -> None:
+        """Release the workers kept, and keep none from now on."""
+        with self._changed:
+            self._closed = True
+            kept, release = self._kept, self._release
+            self._kept = self._release = None
+            self._changed.notify_all()
+        if release is not None:
+            release(kept)
+
+
+class WorkerPool(abc.ABC):
+    """``setup.num_workers`` workers running tasks for one loader's iterator.
+
+    :meth:`send` queues a task for a worker; :meth:`receive` returns the next
+    :class:`Result` (tasks of one worker are run in the order sent); :meth:`new_epoch`
+    starts the next epoch of a persistent iterator; :meth:`close` stops everything.
+    """
+
+    #: The ``worker_method`` name; set by the registry.
+    name: str = ""
+
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        kept: KeptWorkers | None = None,
+    ) -> None:
+        """Start the workers; ``options`` are :meth:`check_options`' result, and ``kept`` is
+        where the loader keeps workers between its epochs."""
+        self._setup = setup
+        self._given_options: Mapping[str, Any] = {} if options is None else options
+        self._kept = KeptWorkers() if kept is None else kept
+        self._start(name)
+
+    @abc.abstractmethod
+    def _start(self, name: str) -> None:
+        """Start ``self._setup.num_workers`` workers (threads named after ``name``, ...)."""
+
+    @classmethod
+    def check_arguments(
+        cls, *, num_workers: int, dataset: object, multiprocessing_context: Any
+    ) -> None:
+        """Raise ``ValueError`` for loader arguments this method cannot honour; by default
+        a ``multiprocessing_context``, since no process of ``multiprocessing`` starts."""
+        if num_workers > 0 and multiprocessing_context is not None:
+            raise ValueError(
+                f"multiprocessing_context={multiprocessing_context!r} does not apply to "
+                f"worker_method={cls.name!r}, which starts no process of multiprocessing. "
+                "Remove multiprocessing_context, or use worker_method='multiprocessing'"
+            )
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Return the validated ``worker_options``; by default there are none to give."""
+        if options:
+            raise ValueError(
+                f"worker_options={dict(options)!r} does not apply to worker_method="
+                f"{cls.name!r}, which takes no options; remove worker_options"
+            )
+        return options
+
+    @classmethod
+    def counts_as_cores(cls) -> bool:
+        """Whether ``num_workers`` beyond this machine's cores deserves ``DataLoader``'s
+        warning (workers that compete for them); by default not."""
+        return False
+
+    @abc.abstractmethod
+    def send(self, worker: int, task: int, indices: Any) -> None:
+        """Queue task number ``task`` (the batch of ``indices``) for ``worker``."""
+
+    @abc.abstractmethod
+    def new_epoch(self) -> int:
+        """Start a new epoch (each worker makes a new fetcher); return its number."""
+
+    @abc.abstractmethod
+    def receive(self, timeout: float) -> Result | None:
+        """The next result, waiting up to ``timeout`` seconds (``None``: none came)."""
+
+    @abc.abstractmethod
+    def ended(self) -> list[int]:
+        """The workers that ended and will answer no more tasks."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop the epoch's work at once; safe to call twice and from any thread."""
+
+    def starting(self) -> bool:
+        """Whether workers are still starting (``timeout=`` counts from their start, as it
+        does for worker processes, which start in far less time); by default not."""
+        return False
+
+    def describe(self, worker: int) -> str:
+        """How an error names ``worker``."""
+        return f"worker {worker}"
+
+    @property
+    def handles(self) -> list[Any]:
+        """An object per worker, by id (``DataLoader``'s iterator lists its processes)."""
+        return []
