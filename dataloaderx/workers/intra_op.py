@@ -1,15 +1,9 @@
-"""One intra-op torch thread in each worker thread, as a worker process runs with.
+"""One intra-op torch thread in each worker thread, set for that thread alone (why not
+``torch.set_num_threads(1)``, and where it applies: ``docs/thread-workers.md``).
 
-A worker process calls ``torch.set_num_threads(1)``. In a thread that call is not the
-thread's own: besides the calling thread's OpenMP setting, it stores the count that every
-thread started later takes up when it first runs torch, and sizes process-wide pools
-(PyTorch's ``ParallelOpenMP.cpp``). A worker thread therefore sets only its own OpenMP
-setting, ``omp_set_num_threads(1)`` of the OpenMP runtime loaded in the process (found in
-``/proc/self/maps``), after torch has initialised the thread's setting (which it would
-otherwise overwrite on first use), and keeps it only if torch then reports one thread: torch's
-intra-op backend is OpenMP (its Linux builds). Where it is not, the thread's setting is put
-back; where no runtime is found (no ``/proc``: macOS, Windows), none is touched. There,
-worker threads run torch on the process's intra-op threads.
+The thread's own OpenMP setting is changed through the runtime loaded in the process (found
+in ``/proc/self/maps``), after torch has initialised it (torch would otherwise overwrite it
+on the thread's first use), and kept only where torch then reports one thread.
 """
 
 from __future__ import annotations
