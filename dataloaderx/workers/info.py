@@ -21,16 +21,14 @@ about twice as slow (``docs/thread-workers.md``).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import random
 import sys
 import threading
 from typing import Any, Final
 
+import numpy
 import torch
-
-# Imported with the package: a first import in a worker thread holds the GIL for about 10 ms
-# while the epoch's first batches are being made.
-from numpy.random import RandomState
 from torch.utils.data import Dataset
 from torch.utils.data._utils import collate as torch_collate
 from torch.utils.data._utils import worker as torch_worker
@@ -87,6 +85,9 @@ def install() -> None:
                 f"the module global _worker_info, and this torch ({torch.__version__}) "
                 "defines it otherwise; use worker_method='multiprocessing'"
             )
+        # Imported here, in the loop's thread before any worker starts: a first import in a
+        # worker thread holds the GIL for about 10 ms while the first batches are made.
+        importlib.import_module("numpy.random")
         vars(torch_worker)[_GLOBAL_NAME] = _calling_thread_info
         renamed = {"co_name": original.co_name}
         if sys.version_info >= (3, 11):
@@ -136,7 +137,7 @@ def worker_info(
         fields["rng"] = torch_worker._RNG(
             random_generator=random.Random(seed),
             torch_generator=torch.Generator().manual_seed(seed),
-            numpy_generator=RandomState(numpy_seed),
+            numpy_generator=numpy.random.RandomState(numpy_seed),
         )
         fields["worker_method"] = method
     return torch_worker.WorkerInfo(**fields)
