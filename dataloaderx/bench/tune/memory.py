@@ -73,11 +73,11 @@ class PeakMemory(ClosesOnExit):
     def _processes(self) -> list[Any]:
         """This process and its descendants."""
         psutil = self._psutil
-        root = self._process.pid
-        if _child_pids(root) is None:
+        children = _child_pids(self._process.pid)
+        if children is None:
             return [self._process, *self._process.children(recursive=True)]
-        found: list[Any] = []
-        pending = [root]
+        found: list[Any] = [self._process]
+        pending = children
         while pending:
             pid = pending.pop()
             process = self._known.get(pid)
