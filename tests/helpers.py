@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import math
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -283,6 +285,24 @@ def wait_until_clean(
             return left_threads, left_children
         gc.collect()
         time.sleep(0.01)
+
+
+def run_python_without_session_ray(code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a new Python at the repository's root, without the variables this
+    session's Ray set for its driver (``RAY_ADDRESS``, ...), and pytest's, which Ray reads as
+    a sign that it runs its own tests."""
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith(("RAY_", "PYTEST_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def wait_for(condition: Callable[[], bool], within: float = 30.0) -> bool:

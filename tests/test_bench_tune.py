@@ -24,6 +24,7 @@ from dataloaderx.bench.plot import pyplot
 from dataloaderx.bench.runner import BASELINE
 from dataloaderx.bench.tune import plot as tune_plot
 from dataloaderx.bench.tune import report
+from dataloaderx.bench.tune.cluster import RayCluster
 from dataloaderx.bench.tune.grid import Grid, Setting, thread_counts, worker_counts
 from dataloaderx.bench.tune.measure import (
     CACHED_BATCHES,
@@ -36,8 +37,8 @@ from dataloaderx.bench.tune.memory import PeakMemory
 from dataloaderx.bench.tune.sweep import KEEP_SHARE, Budget, SweepResult, run_sweep
 from dataloaderx.bench.tune.tuner import TuneConfig, TuneResult, as_code, as_yaml, run_tune
 from dataloaderx.cli import main
-from dataloaderx.workers.method import MULTIPROCESSING, THREAD
-from tests.helpers import RangeDataset
+from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
+from tests.helpers import RangeDataset, run_python_without_session_ray
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -305,8 +306,30 @@ def test_a_setting_names_its_worker_method_in_label_and_kwargs() -> None:
     assert yaml.safe_load(as_yaml(threads, 4))["worker_method"] == "thread"
     with pytest.raises(ValueError, match="DataLoader has worker processes only"):
         Setting(2, BASELINE, worker_method=THREAD)
-    with pytest.raises(ValueError, match="must be one of 'multiprocessing', 'thread', got 'th'"):
+    with pytest.raises(ValueError, match="must be one of 'multiprocessing', 'thread', 'ray', got"):
         Setting(2, "sync", worker_method="th")
+    actors = Setting(2, "sync", worker_method=RAY)
+    assert actors.label == "sync workers=2 (Ray actors)"
+    assert 'worker_method="ray"' in as_code(actors, 4)
+    assert yaml.safe_load(as_yaml(actors, 4))["worker_method"] == "ray"
+    with pytest.raises(ValueError, match="DataLoader has worker processes only"):
+        Setting(2, BASELINE, worker_method=RAY)
+
+
+def test_with_a_ray_cluster_ray_workers_climb_to_its_cpus_past_this_machines() -> None:
+    cluster = RayCluster(cpus=12, nodes=3, machine_cpus=2)
+    workload = Workload(RangeDataset(8), print, 4, 2)
+    grid = TuneConfig(workload, ("sync",), num_workers=3, cores=2, ray=cluster).grid()
+    assert grid.ladders() == {
+        MULTIPROCESSING: (0, 1, 2, 3),
+        THREAD: (0, 1, 2, 3, 4),
+        RAY: (0, 1, 2, 3, 4, 8, 12),
+    }
+    assert grid.settings(12, RAY) == [Setting(12, "sync", worker_method=RAY)]  # no DataLoader
+    assert grid.settings(0, RAY) == grid.settings(0)
+    beyond = TuneConfig(workload, ("sync",), num_workers=16, cores=2, ray=cluster).grid()
+    assert beyond.ladders()[RAY] == (0, 1, 2, 4, 8, 12)  # 16 actors would not fit
+    assert RAY not in TuneConfig(workload, ("sync",), cores=2).grid().ladders()
 
 
 def test_grid_tries_both_depths_only_where_a_backend_takes_one() -> None:
@@ -449,6 +472,53 @@ def test_the_answer_reads_well_when_worker_threads_win() -> None:
     }
 
 
+def test_the_report_gives_the_ray_cluster_beside_this_machine_and_the_actors_start_up() -> None:
+    actors, threads = (
+        Setting(4, "sync", worker_method=RAY),
+        Setting(2, "sync", worker_method=THREAD),
+    )
+    sweep = SweepResult(
+        runs={
+            OWN: [Measurement(10, 20.0, 0.02, 0.0)],
+            actors: [
+                Measurement(10, 48.0, 0.02, 0.004, None, 2.5),
+                Measurement(10, 49.0, 0.02, 0.004),
+            ],
+            threads: [Measurement(10, 30.0, 0.02, 0.001)],
+        },
+        leaders=(actors, threads),
+        worker_counts={MULTIPROCESSING: (0,), THREAD: (0, 2), RAY: (0, 4)},
+    )
+    cluster = RayCluster(cpus=8, nodes=3, machine_cpus=2)
+    config = TuneConfig(Workload(RangeDataset(8), print, 4, 2), ("sync",), cores=2, ray=cluster)
+    table = report.as_table(TuneResult(config, config.grid(), Ceiling(50.0, 0.02, 10), sweep, OWN))
+    lines = table.splitlines()
+    assert "num_workers tried: 0 (processes); 0, 2 (threads); 0, 4 (Ray actors)" in table
+    assert lines[2].startswith(
+        "Ray cluster: 8 CPUs on 3 nodes; this machine: 2 CPUs; Ray actors are measured on "
+        "epochs after the first"
+    )
+    assert "actors start ms" in table
+    assert [line.split()[10] for line in lines if line.startswith("sync ")] == ["2500", "-"]
+    assert "    # measured on a Ray cluster: 8 CPUs on 3 nodes; this machine: 2 CPUs" in lines
+    assert "    worker_method: ray" in lines
+    assert (
+        "its Ray actors took 2.5 s to start (once per loader: they are kept between epochs)"
+        in lines
+    )
+    result = TuneResult(config, config.grid(), Ceiling(50.0, 0.02, 10), sweep, OWN)
+    document = json.loads(report.as_json(result))
+    assert document["recommendation"]["ray_cluster"] == {"cpus": 8, "nodes": 3, "machine_cpus": 2}
+    assert [row["actors_start_ms"] for row in document["results"]] == [2500.0, None, None]
+    loader = DataLoaderX.from_config(
+        RangeDataset(8), yaml.safe_load(document["recommendation"]["yaml"])
+    )
+    assert (loader.worker_method, loader.num_workers, loader.batch_size) == ("ray", 4, 4)
+    without = report.as_table(made_result({OWN: [(20.0, 0.02)]}))
+    assert "Ray" not in without
+    assert "actors start ms" not in without
+
+
 def test_the_plot_has_a_line_per_worker_method_and_whole_number_ticks() -> None:
     pytest.importorskip("matplotlib")
     runs = {
@@ -459,6 +529,7 @@ def test_the_plot_has_a_line_per_worker_method_and_whole_number_ticks() -> None:
         Setting(2, "thread", 2): [(36.0, 0.02)],
         Setting(1, "thread", 2, worker_method=THREAD): [(40.0, 0.02)],
         Setting(4, "thread", 2, worker_method=THREAD): [(45.0, 0.02)],
+        Setting(2, "thread", 2, worker_method=RAY): [(38.0, 0.02)],
     }
     plt = pyplot()
     figure = tune_plot.draw(made_result(runs), plt)
@@ -472,10 +543,37 @@ def test_the_plot_has_a_line_per_worker_method_and_whole_number_ticks() -> None:
             "DataLoader (processes)": [0, 2],
             "thread (processes)": [0, 1, 2],
             "thread (threads)": [0, 1, 4],  # starts where every line starts: no workers
+            "thread (Ray actors)": [0, 2],
             "ceiling": [0, 1],
         }
     finally:
         plt.close(figure)
+
+
+_NO_RAY = """
+import sys
+from dataloaderx.cli import main
+code = main([
+    "bench", "--tune", "--dataset", "tests.bench_fixtures:tiny",
+    "--step", "tests.bench_fixtures:noop", "--batches", "2", "--batch-size", "2",
+    "--budget", "1", "--backends", "sync", "--no-progress",
+])
+imported = "ray" in sys.modules
+try:
+    import ray
+except ImportError:
+    initialised = False
+else:
+    initialised = ray.is_initialized()
+print(f"exit {code}; ray imported: {imported}; initialised: {initialised}")
+"""
+
+
+def test_without_ray_tune_starts_no_ray() -> None:
+    done = run_python_without_session_ray(_NO_RAY, timeout=100)
+    *report_lines, last = done.stdout.strip().splitlines()
+    assert last == "exit 0; ray imported: False; initialised: False", done.stderr[-3000:]
+    assert "Ray" not in "\n".join(report_lines) + done.stderr
 
 
 # The ceiling and memory ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataloaderx.bench.plot import pyplot, save_plot
 from dataloaderx.bench.report import as_json, as_table
 from dataloaderx.bench.runner import BenchConfig, run_bench
 from dataloaderx.bench.tune import report as tune_report
+from dataloaderx.bench.tune.cluster import connect_cluster, ray_reason
 from dataloaderx.bench.tune.measure import Workload
 from dataloaderx.bench.tune.plot import save_plot as save_tune_plot
 from dataloaderx.bench.tune.tuner import TuneConfig, run_tune
@@ -38,7 +39,6 @@ _NOT_WITH_TUNE = {
     "rounds": "--rounds (the sweep runs the leaders as often as --budget allows)",
     "depth": "--depth (the sweep tries depth=2 and depth='auto')",
     "max_bytes": "--max-bytes",
-    "worker_method": "--worker-method (--tune tries worker processes and threads)",
 }
 
 
@@ -112,8 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--worker-method",
         choices=[RAY],
         help="also run each backend with Ray workers (worker_method='ray'; needs "
-        "--num-workers above 0 and pip install 'dataloaderx[ray]'): a Ray already "
-        "initialised, RAY_ADDRESS's cluster, or a local one; each run starts its actors",
+        "pip install 'dataloaderx[ray]', and --num-workers above 0 without --tune): a Ray "
+        "already initialised, RAY_ADDRESS's cluster, or a local one; each run starts its "
+        "actors; with --tune, Ray workers are weighed up to the cluster's CPUs",
     )
     parser.add_argument(
         "--batches",
@@ -144,7 +145,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tune",
         action="store_true",
-        help="sweep num_workers with worker processes and threads, backends, depth (and "
+        help="sweep num_workers with worker processes and threads (and Ray workers with "
+        "--worker-method ray, RAY_ADDRESS or a Ray initialised), backends, depth (and "
         "pin_memory with an accelerator) within --budget and print the best setting as code",
     )
     parser.add_argument(
@@ -225,11 +227,14 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
             f"setting, but the dataset has {size} items: pass --batches "
             f"{size // run.batch_size or 1} or less, or a smaller --batch-size"
         )
+    backends = _backends(args.backends)
+    reason = ray_reason(asked=args.worker_method == RAY)
     return TuneConfig(
         run,
-        _backends(args.backends),
+        backends,
         num_workers=args.num_workers,
         budget_seconds=args.budget or TUNE_BUDGET,
+        ray=None if reason is None else connect_cluster(reason),
     )
 
 

@@ -1,5 +1,6 @@
-"""The settings ``bench --tune`` may try: loader, ``num_workers`` and ``worker_method``,
-``depth``, ``pin_memory``."""
+"""The settings ``bench --tune`` may try: loader, ``num_workers`` and ``worker_method``
+(processes, threads, and Ray actors where a Ray cluster is weighed), ``depth``,
+``pin_memory``."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
 from dataloaderx.util.suggest import quoted
-from dataloaderx.workers.method import MULTIPROCESSING, THREAD
+from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
 
 #: The worker methods ``--tune`` tries.
-_TUNED_METHODS = (MULTIPROCESSING, THREAD)
+_TUNED_METHODS = (MULTIPROCESSING, THREAD, RAY)
 
 __all__ = [
     "DEPTHS",
     "THREADS_PER_CORE",
     "Grid",
     "Setting",
+    "counts_up_to",
     "thread_counts",
     "usable_cores",
     "worker_counts",
@@ -47,7 +49,8 @@ class Setting:
     loader: str
     depth: int | str | None = None
     pin_memory: bool = False
-    #: ``"thread"``: the workers are threads (``DataLoaderX`` backends only).
+    #: ``"thread"`` or ``"ray"``: the workers are threads or Ray actors (``DataLoaderX``
+    #: backends only).
     worker_method: str = MULTIPROCESSING
 
     def __post_init__(self) -> None:
@@ -55,7 +58,7 @@ class Setting:
             raise ValueError(
                 f"worker_method must be one of {quoted(_TUNED_METHODS)}, got {self.worker_method!r}"
             )
-        if self.worker_method not in worker_methods(self.loader, max(self.num_workers, 1)):
+        if self.worker_method not in worker_methods(self.loader, max(self.num_workers, 1), (RAY,)):
             raise ValueError(
                 f"{self.loader} has worker processes only: worker_method="
                 f"{self.worker_method!r} needs a DataLoaderX backend"
@@ -65,8 +68,8 @@ class Setting:
     def label(self) -> str:
         """A short name for tables and the progress bar."""
         parts = [self.loader, f"workers={self.num_workers}"]
-        if self.worker_method == THREAD:
-            parts.append(f"({WORKER_NAMES[THREAD]})")
+        if self.worker_method != MULTIPROCESSING:
+            parts.append(f"({WORKER_NAMES[self.worker_method]})")
         if self.depth is not None:
             parts.append(f"depth={self.depth}")
         if self.pin_memory:
@@ -79,10 +82,10 @@ class Setting:
 
     def loader_kwargs(self, batch_size: int) -> dict[str, Any]:
         """The ``DataLoader`` keyword arguments this setting sets, ``backend`` included
-        (``worker_method`` only where it is ``"thread"``)."""
+        (``worker_method`` only where the workers are not processes)."""
         kwargs: dict[str, Any] = {"batch_size": batch_size, "num_workers": self.num_workers}
-        if self.worker_method == THREAD:
-            kwargs["worker_method"] = THREAD
+        if self.worker_method != MULTIPROCESSING:
+            kwargs["worker_method"] = self.worker_method
         if self.pin_memory:
             kwargs["pin_memory"] = True
         if self.loader != BASELINE:
@@ -119,11 +122,15 @@ def worker_counts(cores: int, *, include: int = 0) -> list[int]:
     return sorted(counts)
 
 
-def thread_counts(cores: int, *, include: int = 0) -> list[int]:
-    """The worker counts tried with threads: as :func:`worker_counts`, but up to
-    :data:`THREADS_PER_CORE` times ``cores``, that number included."""
-    most = THREADS_PER_CORE * cores
+def counts_up_to(most: int, *, include: int = 0) -> list[int]:
+    """As :func:`worker_counts` up to ``most``, ``most`` itself included."""
     return sorted({*worker_counts(most, include=include), most})
+
+
+def thread_counts(cores: int, *, include: int = 0) -> list[int]:
+    """The worker counts tried with threads: :func:`counts_up_to` :data:`THREADS_PER_CORE`
+    times ``cores``."""
+    return counts_up_to(THREADS_PER_CORE * cores, include=include)
 
 
 @dataclass(frozen=True)
@@ -138,12 +145,15 @@ class Grid:
     pin_memory: tuple[bool, ...] = (False,)
     #: The counts tried with worker threads (the backends only); empty: no threads.
     thread_counts: tuple[int, ...] = ()
+    #: The counts tried with Ray workers (the backends only); empty: no Ray.
+    ray_counts: tuple[int, ...] = ()
 
     def ladders(self) -> dict[str, tuple[int, ...]]:
         """The counts of each worker method swept, increasing."""
         ladders = {MULTIPROCESSING: tuple(sorted(self.worker_counts))}
-        if self.thread_counts:
-            ladders[THREAD] = tuple(sorted(self.thread_counts))
+        for method, counts in ((THREAD, self.thread_counts), (RAY, self.ray_counts)):
+            if counts:
+                ladders[method] = tuple(sorted(counts))
         return ladders
 
     def settings(self, num_workers: int, worker_method: str = MULTIPROCESSING) -> list[Setting]:
@@ -174,7 +184,7 @@ class Grid:
 
     def all_settings(self) -> list[Setting]:
         """Every setting once, in the order an exhaustive sweep runs them: count by count,
-        processes before threads."""
+        processes, then threads, then Ray actors."""
         ladders = self.ladders()
         counts = sorted({count for ladder in ladders.values() for count in ladder})
         found = [

@@ -18,7 +18,15 @@ from dataloaderx.bench.tune.grid import Setting
 from dataloaderx.bench.tune.memory import PeakMemory
 from dataloaderx.util.tree import map_tensors
 
-__all__ = ["CACHED_BATCHES", "Ceiling", "Measurement", "Workload", "measure", "measure_ceiling"]
+__all__ = [
+    "CACHED_BATCHES",
+    "Ceiling",
+    "Measurement",
+    "Workload",
+    "measure",
+    "measure_ceiling",
+    "measure_epoch",
+]
 
 #: Batches made once for the ceiling run, then replayed.
 CACHED_BATCHES: Final = 4
@@ -39,13 +47,16 @@ class Workload:
 class Measurement:
     """One run of one setting. ``rate`` is batches per second from the first batch's arrival
     to the last step's end (a loader's start-up, worker processes included, is
-    ``first_batch_seconds``); ``step_seconds`` is the median time inside the step."""
+    ``first_batch_seconds``); ``step_seconds`` is the median time inside the step.
+    ``startup_seconds`` is the workers' start-up where the run measured a later epoch
+    (Ray actors starting), else ``None``."""
 
     batches: int
     rate: float
     step_seconds: float
     first_batch_seconds: float
     peak_bytes: int | None = None
+    startup_seconds: float | None = None
 
 
 def accelerator() -> torch.device | None:
@@ -79,18 +90,29 @@ def _time_steps(batches: Iterator[Any], step: Callable[[Any], object]) -> Measur
     return Measurement(len(steps), rate, statistics.median(steps), first - start)
 
 
-def measure(setting: Setting, workload: Workload) -> Measurement:
-    """Run ``workload.batches`` batches of ``setting`` through the step, in a new loader."""
+def measure_epoch(
+    loader: DataLoader[Any], workload: Workload, *, startup_seconds: float | None = None
+) -> Measurement:
+    """Run ``workload.batches`` batches of an epoch of ``loader`` through the step."""
     with PeakMemory() as memory:
-        loader = setting.make_loader(workload.dataset, workload.batch_size)
         iterator = iter(loader)
         try:
             timed = _time_steps(islice(iterator, workload.batches), workload.step)
         finally:
             close_iterator(iterator)
     return Measurement(
-        timed.batches, timed.rate, timed.step_seconds, timed.first_batch_seconds, memory.peak_bytes
+        timed.batches,
+        timed.rate,
+        timed.step_seconds,
+        timed.first_batch_seconds,
+        memory.peak_bytes,
+        startup_seconds,
     )
+
+
+def measure(setting: Setting, workload: Workload) -> Measurement:
+    """Run ``workload.batches`` batches of ``setting`` through the step, in a new loader."""
+    return measure_epoch(setting.make_loader(workload.dataset, workload.batch_size), workload)
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ from typing import Any, Final
 from dataloaderx.bench.plot import pyplot, save_figure
 from dataloaderx.bench.runner import WORKER_NAMES
 from dataloaderx.bench.tune.tuner import TuneResult
-from dataloaderx.workers.method import MULTIPROCESSING, THREAD
+from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
 
 __all__ = ["draw", "save_plot"]
 
 _STYLES: Final = {
     MULTIPROCESSING: {"linestyle": "-", "marker": "o"},
     THREAD: {"linestyle": ":", "marker": "s"},
+    RAY: {"linestyle": "-.", "marker": "^"},
 }
 
 

@@ -24,6 +24,7 @@ _COLUMNS = (
     "vs DataLoader",
     "step",
     "first batch ms",
+    "actors start ms",
     "peak MiB",
     "runs",
 )
@@ -33,6 +34,7 @@ def _row(result: TuneResult, setting: Setting) -> dict[str, Any]:
     runs = result.sweep.runs[setting]
     rate = result.rate(setting)
     peak = result.peak_bytes(setting)
+    startup = result.startup_seconds(setting)
     return {
         "loader": setting.loader,
         "num_workers": setting.num_workers,
@@ -44,6 +46,7 @@ def _row(result: TuneResult, setting: Setting) -> dict[str, Any]:
         "speedup_vs_dataloader": rate / result.rate(result.own),
         "step_slowdown": result.step_slowdown(setting),
         "first_batch_ms": 1000 * min(run.first_batch_seconds for run in runs),
+        "actors_start_ms": None if startup is None else 1000 * startup,
         "peak_bytes": peak,
         "runs_batches_per_second": [run.rate for run in runs],
         "pruned": setting not in result.sweep.leaders,
@@ -60,12 +63,19 @@ def verdict(result: TuneResult) -> list[str]:
     batch_size = result.config.workload.batch_size
     best = answer.best
     runs = len(result.sweep.runs[best])
+    cluster = result.config.ray
     lines = [
         f"use (the best median of {runs} run{'s' * (runs > 1)}):",
         f"    {as_code(best, batch_size)}",
         "or, as YAML for DataLoaderX.from_config:",
-        *(f"    {line}" for line in as_yaml(best, batch_size).splitlines()),
+        *(f"    {line}" for line in as_yaml(best, batch_size, cluster).splitlines()),
     ]
+    startup = result.startup_seconds(best)
+    if startup is not None:
+        lines.append(
+            f"its Ray actors took {startup:.1f} s to start (once per loader: they are kept "
+            "between epochs)"
+        )
     if answer.runner_up is not None:
         line = f"runner-up: {answer.runner_up.label}, {100 * answer.margin:.1f}% slower"
         if answer.spread is None:
@@ -126,6 +136,12 @@ def _header(result: TuneResult) -> list[str]:
     ]
     if sweep.cut_short:
         lines.append(sweep.cut_short)
+    if config.ray is not None:
+        lines.append(
+            f"{config.ray.describe()}; Ray actors are measured on epochs after the first, "
+            "each setting's actors kept between its runs; their start-up (until each "
+            "actor made a batch of the first) is in actors start ms"
+        )
     ceiling = result.ceiling
     lines.append(
         f"ceiling: {ceiling.rate:.1f} batches/s (your step on cached batches, nothing "
@@ -152,6 +168,7 @@ def as_table(result: TuneResult) -> str:
             f"{row['speedup_vs_dataloader']:.2f}x",
             f"{round(100 * row['step_slowdown']):+d}%",
             f"{row['first_batch_ms']:.0f}",
+            "-" if row["actors_start_ms"] is None else f"{row['actors_start_ms']:.0f}",
             "-" if row["peak_bytes"] is None else f"{row['peak_bytes'] / _MIB:.0f}",
             f"{len(row['runs_batches_per_second'])}{' (pruned)' * row['pruned']}",
         )
@@ -159,6 +176,8 @@ def as_table(result: TuneResult) -> str:
     ]
     if len(result.grid.pin_memory) == 1:  # no accelerator: pin_memory is not swept
         columns, body = without_column(columns, body, "pin")
+    if result.config.ray is None:
+        columns, body = without_column(columns, body, "actors start ms")
     lines = fixed_width(columns, body)
     notes = [] if any(cells[-2] != "-" for cells in body) else [MEMORY_HINT]
     return "\n".join([*_header(result), "", *lines, *notes, "", *verdict(result)])
@@ -169,6 +188,7 @@ def as_json(result: TuneResult) -> str:
     answer = result.answer()
     batch_size = result.config.workload.batch_size
     sweep = result.sweep
+    cluster = result.config.ray
     document = {
         "config": {
             "batch_size": batch_size,
@@ -191,10 +211,12 @@ def as_json(result: TuneResult) -> str:
         "recommendation": {
             "setting": answer.best.label,
             "code": as_code(answer.best, batch_size),
-            "yaml": as_yaml(answer.best, batch_size),
+            "yaml": as_yaml(answer.best, batch_size, cluster),
             "num_workers": answer.best.num_workers,
             "worker_method": answer.best.worker_method,
             "peak_bytes": result.peak_bytes(answer.best),
+            "actors_start_ms": _row(result, answer.best)["actors_start_ms"],
+            "ray_cluster": None if cluster is None else cluster.as_dict(),
             "runner_up": None if answer.runner_up is None else answer.runner_up.label,
             "margin": answer.margin,
             "spread": answer.spread,

@@ -2,12 +2,13 @@
 
 1. **First round.** The user's own setting (``DataLoader`` with their ``num_workers``) runs
    first. Then each worker method climbs its own ladder of worker counts (processes up to
-   the cores, threads past them) with one setting per count, its probe (the default
-   backend and depth, :meth:`Grid.probe`): count by count in increasing order, at each count
-   the processes' probe, then the threads'. The probe without workers (count 0) runs once
-   and is the first rung of every ladder. A ladder stops growing once a count with at
-   least two more workers than its best count so far is not :data:`MIN_GAIN` faster than
-   it; the other ladder goes on (threads that wait on I/O may pay where processes did not,
+   the cores, threads past them, Ray actors up to the Ray cluster's CPUs) with one setting
+   per count, its probe (the default backend and depth, :meth:`Grid.probe`): count by count
+   in increasing order, at each count the processes' probe, then the threads', then the
+   Ray actors'. The probe without workers (count 0) runs once and is the first rung of
+   every ladder. A ladder stops growing once a count with at least two more workers than
+   its best count so far is not :data:`MIN_GAIN` faster than it; the other ladders go on
+   (threads that wait on I/O may pay where processes did not,
    and processes may pay where threads fight over the GIL). Then every other setting (each
    backend and depth, ``DataLoader``) runs at each ladder's best count. So the first round
    grows with the ladders plus the backends, not with their product, and a slow workload
@@ -34,6 +35,7 @@ from typing import Final, Protocol
 from dataloaderx.bench.runner import WORKER_NAMES
 from dataloaderx.bench.tune.grid import Grid, Setting
 from dataloaderx.bench.tune.measure import Measurement
+from dataloaderx.workers.method import RAY
 
 __all__ = ["Budget", "SweepResult", "run_sweep", "spread"]
 
@@ -144,8 +146,10 @@ class _Ladder:
         if rate > self.best_rate * (1 + MIN_GAIN):
             self.best_count, self.best_rate = count, rate
         elif count >= self.best_count + 2 and count < self.counts[-1]:
+            workers = WORKER_NAMES[self.method]
             self.stopped = (
-                f"worker {WORKER_NAMES[self.method]}: num_workers={count} was no faster than "
+                f"{workers if self.method == RAY else f'worker {workers}'}: "
+                f"num_workers={count} was no faster than "
                 f"num_workers={self.best_count}: larger counts not tried"
             )
 

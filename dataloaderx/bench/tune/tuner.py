@@ -12,21 +12,26 @@ import yaml
 
 from dataloaderx.bench.progress import Progress
 from dataloaderx.bench.runner import BASELINE
+from dataloaderx.bench.tune.actors import KeptActors
+from dataloaderx.bench.tune.cluster import RayCluster
 from dataloaderx.bench.tune.grid import (
     Grid,
     Setting,
+    counts_up_to,
     thread_counts,
     usable_cores,
     worker_counts,
 )
 from dataloaderx.bench.tune.measure import (
     Ceiling,
+    Measurement,
     Workload,
     accelerator,
     measure,
     measure_ceiling,
 )
 from dataloaderx.bench.tune.sweep import Budget, SweepResult, run_sweep, spread
+from dataloaderx.workers.method import RAY
 
 __all__ = ["NOISY_SHARE", "Answer", "TuneConfig", "TuneResult", "run_tune"]
 
@@ -46,15 +51,22 @@ class TuneConfig:
     #: The largest ``num_workers`` tried with worker processes, and half the largest tried
     #: with worker threads (default: the cores this process may use).
     cores: int | None = None
+    #: The Ray cluster whose workers are weighed too, or ``None``: no Ray workers.
+    ray: RayCluster | None = None
 
     def grid(self) -> Grid:
         """The settings to sweep: worker processes up to the cores, worker threads up to
-        ``THREADS_PER_CORE`` times the cores, the user's own count with both."""
+        ``THREADS_PER_CORE`` times the cores, the user's own count with both; with a Ray
+        cluster, Ray workers up to its CPUs (the user's count too, where it fits)."""
         cores = usable_cores() if self.cores is None else self.cores
         pins = (False, True) if accelerator() is not None else (False,)
         counts = worker_counts(cores, include=self.num_workers)
         threads = thread_counts(cores, include=self.num_workers)
-        return Grid(tuple(counts), self.backends, pins, tuple(threads))
+        ray: list[int] = []
+        if self.ray is not None:
+            cpus = self.ray.cpus
+            ray = counts_up_to(cpus, include=self.num_workers if self.num_workers <= cpus else 0)
+        return Grid(tuple(counts), self.backends, pins, tuple(threads), tuple(ray))
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,11 @@ class TuneResult:
         alone = self.ceiling.step_seconds
         return step / alone - 1 if alone > 0 else 0.0
 
+    def startup_seconds(self, setting: Setting) -> float | None:
+        """The longest start-up of ``setting``'s Ray actors, or ``None`` for other workers."""
+        found = [run.startup_seconds for run in self.sweep.runs[setting]]
+        return max((seconds for seconds in found if seconds is not None), default=None)
+
     def peak_bytes(self, setting: Setting) -> int | None:
         """The largest memory any run of ``setting`` reached."""
         peaks = [run.peak_bytes for run in self.sweep.runs[setting] if run.peak_bytes is not None]
@@ -131,11 +148,15 @@ def _python(value: Any) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
-def as_yaml(setting: Setting, batch_size: int) -> str:
-    """The same setting as a YAML mapping for ``DataLoaderX.from_config``."""
+def as_yaml(setting: Setting, batch_size: int, cluster: RayCluster | None = None) -> str:
+    """The same setting as a YAML mapping for ``DataLoaderX.from_config``; for Ray workers,
+    with the ``cluster`` measured on as a comment."""
     kwargs = setting.loader_kwargs(batch_size)
     kwargs.setdefault("backend", "sync")
-    return yaml.safe_dump(kwargs, sort_keys=False).rstrip()
+    text = yaml.safe_dump(kwargs, sort_keys=False).rstrip()
+    if cluster is not None and setting.worker_method == RAY:
+        text = f"# measured on a {cluster.describe()}\n{text}"
+    return text
 
 
 def run_tune(config: TuneConfig, *, progress: bool = True) -> TuneResult:
@@ -144,11 +165,19 @@ def run_tune(config: TuneConfig, *, progress: bool = True) -> TuneResult:
     workload = config.workload
     own = Setting(config.num_workers, BASELINE)
     grid = config.grid()
-    with Progress(config.budget_seconds, enabled=progress, unit="s") as bar:
+    cpus = 0 if config.ray is None else config.ray.cpus
+    with (
+        Progress(config.budget_seconds, enabled=progress, unit="s") as bar,
+        KeptActors(workload, cpus) as actors,
+    ):
         bar.start_run("ceiling: the step on cached batches")
         ceiling = measure_ceiling(workload)
         bar.advance(budget.used())
-        sweep = run_sweep(
-            grid, own, lambda setting: measure(setting, workload), budget=budget, progress=bar
-        )
+
+        def run(setting: Setting) -> Measurement:
+            if setting.worker_method == RAY:
+                return actors.measure(setting)
+            return measure(setting, workload)
+
+        sweep = run_sweep(grid, own, run, budget=budget, progress=bar)
     return TuneResult(config, grid, ceiling, sweep, own)
