@@ -5,9 +5,11 @@ What is measured (each part alone with ``--parts``):
 - ``handover``: the cost of a batch's hand-over per MiB. Batches of ``--mib`` MiB (8 tensors
   of ``mib / 8`` MiB each, made once per worker and returned again, so that making them
   costs nothing) from 2 workers: ``DataLoader`` worker processes (shared memory), Ray
-  workers (numpy arrays through the object store, no copy) and, for reference, the same
-  actors returning torch tensors (pickled, a copy). Epochs after the first; the figure is
-  the loop's seconds per batch divided by the batch's MiB.
+  workers on this machine (shared memory, the default), Ray workers made to hand over
+  through the object store (numpy arrays, no copy on the loop's side: what actors on other
+  machines do) and, for reference, the same actors returning torch tensors (pickled, a
+  copy). Epochs after the first; the figure is the loop's seconds per batch divided by the
+  batch's MiB.
 - ``first``: time from ``iter(loader)`` to the first batch, epoch 1 (actors start; Ray
   already running) and epoch 2 (actors kept), against worker processes.
 - ``scale``: items that wait 20 ms each (GIL released: remote storage, a remote decode),
@@ -106,13 +108,24 @@ def epoch_seconds(loader: Iterable[Any]) -> tuple[float, int]:
 
 def handover(sizes: list[float], batches: int) -> None:
     print("\n## Hand-over per MiB of batch (2 workers, epochs 2-3)\n")
-    print("| batch MiB | processes | Ray (numpy, no copy) | Ray (torch, pickled) |  (ms per MiB)")
-    print("| --- | --- | --- | --- |")
+    print(
+        "| batch MiB | processes | Ray (shared memory) | Ray (object store) "
+        "| Ray (torch, pickled) |  (ms per MiB)"
+    )
+    print("| --- | --- | --- | --- | --- |")
     for mib in sizes:
         dataset = Big(batches, mib)
         makers: list[Callable[[Big], Iterable[Any]]] = [
             lambda data: DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True),
             lambda data: DataLoaderX(data, batch_size=8, num_workers=2, backend="sync", **RAY),
+            lambda data: DataLoaderX(
+                data,
+                batch_size=8,
+                num_workers=2,
+                backend="sync",
+                worker_options={"handover": "object_store"},
+                **RAY,
+            ),
             lambda data: DataLoaderX(
                 data,
                 batch_size=8,

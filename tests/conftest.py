@@ -38,6 +38,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 #: The processes of the test session's Ray cluster (``ray_cluster``): they, and the workers
 #: they start, are Ray's; the Ray tests count the actors they leave themselves.
 _RAY_PROCESSES: set[int] = set()
+#: The threads its driver runs in this process, as long as the session.
+_RAY_THREADS: set[threading.Thread] = set()
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +52,7 @@ def ray_cluster() -> Iterator[Any]:
     import ray
     from ray.cluster_utils import Cluster
 
-    before = child_pids()
+    before, threads = child_pids(), set(threading.enumerate())
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 4, "include_dashboard": False},
@@ -66,12 +68,24 @@ def ray_cluster() -> Iterator[Any]:
         log_to_driver=False,
     )
     _RAY_PROCESSES.update(child_pids() - before)
+    _RAY_THREADS.update(set(threading.enumerate()) - threads)
     try:
         yield cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
         _RAY_PROCESSES.clear()
+        _RAY_THREADS.clear()
+
+
+@pytest.fixture(params=["thread", "ray"])
+def worker_method_arguments(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """``worker_method`` (and ``worker_options``) of each worker method other than worker
+    processes; ``"ray"`` on the session's Ray cluster (skipped where Ray is not installed)."""
+    if request.param == "thread":
+        return {"worker_method": "thread"}
+    request.getfixturevalue("ray_cluster")
+    return {"worker_method": "ray", "worker_options": {"num_cpus": 0.5}}
 
 
 def _own_children() -> set[int]:
@@ -97,7 +111,7 @@ def no_leaks() -> Iterator[None]:
     yield
     gc.collect()
     left_threads, left_children = wait_until_clean(
-        threads, children, within=5.0, list_children=_own_children
+        threads | _RAY_THREADS, children, within=5.0, list_children=_own_children
     )
     assert not left_threads, f"threads left running: {left_threads}"
     assert not left_children, f"child processes left running: {describe_processes(left_children)}"

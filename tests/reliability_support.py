@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +103,14 @@ def scenario_env() -> dict[str, str]:
 
 
 def run_scenario(
-    script: str, args: Sequence[str], timeout: float
+    script: str, args: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run a scenario in its own session; after ``timeout`` seconds kill it and its children."""
+    """Run a scenario in its own session, with the variables ``env`` added to its
+    environment; after ``timeout`` seconds kill it and its children."""
     command = scenario_command(script, *args) if script.endswith(".py") else [script, *args]
     process = subprocess.Popen(
         command,
-        env=scenario_env(),
+        env={**scenario_env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -66,9 +66,22 @@ def test_bad_backend_option_names_the_option() -> None:
         instantiate(config.loader, dataset=RangeDataset(3))
 
 
-def test_worker_threads_from_an_override() -> None:
-    config = compose("loader.num_workers=2", "+loader.worker_method=thread")
+def test_worker_method_and_options_from_overrides(
+    worker_method_arguments: dict[str, Any],
+) -> None:
+    overrides = [
+        f"+loader.{name}={_override(value)}" for name, value in worker_method_arguments.items()
+    ]
+    config = compose("loader.num_workers=2", *overrides)
     loader = instantiate(config.loader, dataset=RangeDataset(10))
-    assert loader.worker_method == "thread"
+    assert loader.worker_method == worker_method_arguments["worker_method"]
+    assert loader.worker_options == worker_method_arguments.get("worker_options")
     expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
     assert_same_events(run_events(iter(loader)), expected)
+
+
+def _override(value: Any) -> str:
+    """``value`` in Hydra's override grammar (a mapping as ``{key:value,...}``)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{key}:{item}" for key, item in value.items()) + "}"
+    return str(value)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -80,16 +82,16 @@ def test_command_line_overrides_backend_as_a_mapping() -> None:
     assert loader.backend == {"name": "sync"}
 
 
-def test_command_line_picks_worker_threads() -> None:
-    loader = cli(
-        "--config",
-        str(CONFIG),
-        "--data.loader.init_args.num_workers",
-        "2",
-        "--data.loader.init_args.worker_method",
-        "thread",
-    ).datamodule.train_dataloader()
-    assert loader.worker_method == "thread"
+def test_command_line_picks_the_worker_method_and_options(
+    worker_method_arguments: dict[str, Any],
+) -> None:
+    arguments = ["--data.loader.init_args.num_workers", "2"]
+    for name, value in worker_method_arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        arguments += [f"--data.loader.init_args.{name}", text]
+    loader = cli("--config", str(CONFIG), *arguments).datamodule.train_dataloader()
+    assert loader.worker_method == worker_method_arguments["worker_method"]
+    assert loader.worker_options == worker_method_arguments.get("worker_options")
     expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
     assert_same_events(run_events(iter(loader)), expected)
 

@@ -15,7 +15,6 @@ import pickle
 import random
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ from tests.helpers import (
     StructDataset,
     assert_same,
     run_events,
+    run_python_without_session_ray,
     wait_for,
 )
 
@@ -246,7 +246,10 @@ def test_worker_init_fn_worker_info_and_threads_in_an_actor(persistent: bool) ->
     assert get_worker_info() is None
 
 
-def test_default_collate_does_not_stack_into_shared_memory_in_an_actor() -> None:
+@pytest.mark.parametrize(("handover", "in_shared_memory"), [("auto", 1), ("object_store", 0)])
+def test_default_collate_stacks_into_shared_memory_only_for_a_hand_over_in_it(
+    handover: str, in_shared_memory: int
+) -> None:
     class Shared(Dataset[int]):
         def __len__(self) -> int:
             return 4
@@ -258,8 +261,33 @@ def test_default_collate_does_not_stack_into_shared_memory_in_an_actor() -> None
         batch = torch.utils.data.default_collate([torch.tensor(item) for item in items])
         return torch.tensor([batch.is_shared(), get_worker_info() is not None])
 
-    loader = DataLoaderX(Shared(), batch_size=2, num_workers=1, collate_fn=collate, **RAY)
-    assert [batch.tolist() for batch in loader] == [[False, True], [False, True]]
+    options = {"handover": handover}
+    loader = DataLoaderX(
+        Shared(), batch_size=2, num_workers=1, collate_fn=collate, worker_options=options, **RAY
+    )
+    assert [batch.tolist() for batch in loader] == [[in_shared_memory, 1]] * 2
+
+
+def shared_files() -> set[str]:
+    """The shared-memory files of Ray workers' batches."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("dataloaderx-")}
+
+
+def test_on_this_machine_batches_come_in_shared_memory_and_none_is_left_behind() -> None:
+    before = shared_files()
+    loader = DataLoaderX(Slow(16, 0.0), batch_size=4, num_workers=2, **RAY)
+    batches = list(loader)
+    assert all(batch.is_shared() for batch in batches)
+    assert torch.cat(batches).flatten().tolist() == list(range(16))
+    batches[0].add_(100)  # the loop's own to write
+    assert batches[0].flatten().tolist() == [100, 101, 102, 103]
+    assert not shared_files() - before  # each file's name removed as its batch was mapped
+    for _ in range(3):  # epochs left while batches were under way
+        next(iter(loader))
+    assert len(list(loader)) == 4
+    del loader
+    gc.collect()
+    assert wait_for(lambda: not shared_files() - before, within=10)
 
 
 def test_tensors_numpy_arrays_and_odd_dtypes_come_back_as_they_left() -> None:
@@ -572,21 +600,7 @@ print("ok")
 
 
 def test_without_a_ray_a_local_one_starts_says_so_once_and_ends_at_exit() -> None:
-    # Without the variables this session's Ray set for its driver (RAY_ADDRESS, ...), and
-    # pytest's, which Ray reads as a sign that it runs its own tests.
-    environment = {
-        key: value for key, value in os.environ.items() if not key.startswith(("RAY_", "PYTEST_"))
-    }
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run(
-        [sys.executable, "-c", _LOCAL_RAY],
-        cwd=root,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
+    done = run_python_without_session_ray(_LOCAL_RAY, timeout=150)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
 
@@ -662,16 +676,9 @@ def test_bench_runs_each_backend_with_ray_workers_too(capsys: pytest.CaptureFixt
     assert all(row["batches"] == 2 for row in document["results"])
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        ([], "--worker-method ray needs workers: add --num-workers 2"),
-        (["--num-workers", "2", "--tune"], "--worker-method (--tune tries"),
-    ],
-    ids=["no-workers", "with-tune"],
-)
-def test_bench_worker_method_ray_needs_workers_and_no_tune(
-    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+def test_bench_worker_method_ray_needs_workers_without_tune(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["bench", "--worker-method", "ray", "--batches", "2", *extra]) == 2
-    assert message in capsys.readouterr().err
+    # With --tune the sweep picks the counts (tests/test_bench_tune_ray.py).
+    assert main(["bench", "--worker-method", "ray", "--batches", "2"]) == 2
+    assert "--worker-method ray needs workers: add --num-workers 2" in capsys.readouterr().err

@@ -1,6 +1,8 @@
-"""One rank of the DDP test; run with ``torchrun --nproc-per-node 2 ddp.py OUT_JSON``.
+"""One rank of the DDP test; run with ``torchrun --nproc-per-node 2 ddp.py OUT_JSON [ray]``.
 
-For every available backend and ``num_workers`` 0 and 2, over 3 epochs with ``set_epoch``:
+For every available backend and ``num_workers`` 0 and 2 (with ``ray``: the default backend
+and 2 Ray workers, on the cluster ``RAY_ADDRESS`` names, against 2 worker processes), over
+3 epochs with ``set_epoch``:
 this rank's batches equal DataLoader's; the ranks together cover the dataset exactly once;
 the order changes between epochs; and an ``all_reduce`` of each step's batch sum equals
 the sum a single process computes for all ranks. Rank 0 writes a summary to OUT_JSON.
@@ -14,6 +16,7 @@ import json
 import multiprocessing
 import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +30,14 @@ DATASET = RangeDataset(44)
 BATCH_SIZE = 4
 SEED = 11
 EPOCHS = 3
+#: Ray workers: the actors import this repository's tests, wherever the cluster runs them.
+RAY = {
+    "worker_method": "ray",
+    "worker_options": {
+        "num_cpus": 0.5,
+        "runtime_env": {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}},
+    },
+}
 
 
 def forked_workers_can_hang() -> bool:
@@ -63,12 +74,15 @@ def step_sums_for_all_ranks(world: int, epoch: int) -> list[int]:
     return totals
 
 
-def check(backend: str, num_workers: int, world: int) -> int:
+def check(backend: str | None, num_workers: int, world: int, ray: bool = False) -> int:
     ours = DistributedSampler(DATASET, seed=SEED)
     theirs = DistributedSampler(DATASET, seed=SEED)
     options = worker_options(num_workers)
-    loader = DataLoaderX(DATASET, BATCH_SIZE, sampler=ours, backend=backend, **options)
-    reference = DataLoader(DATASET, BATCH_SIZE, sampler=theirs, **options)
+    # Ray's threads run in this process: the reference's workers start from a forkserver.
+    reference_options = dict(options, multiprocessing_context="forkserver") if ray else options
+    ours_options = {"num_workers": num_workers, **RAY} if ray else options
+    loader = DataLoaderX(DATASET, BATCH_SIZE, sampler=ours, backend=backend, **ours_options)
+    reference = DataLoader(DATASET, BATCH_SIZE, sampler=theirs, **reference_options)
     orders = []
     for epoch in range(EPOCHS):
         ours.set_epoch(epoch)
@@ -91,17 +105,17 @@ def check(backend: str, num_workers: int, world: int) -> int:
     return EPOCHS
 
 
-def main(out: str) -> None:
+def main(out: str, ray: bool) -> None:
     # A forkserver imports these once; each worker it forks then starts at once.
     multiprocessing.set_forkserver_preload(["torch", "tests.helpers"])
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank, world = dist.get_rank(), dist.get_world_size()
-    backends = available_backends()
+    backends: list[str | None] = [None] if ray else list(available_backends())
     epochs = 0
     try:
         for backend in backends:
-            for num_workers in (0, 2):
-                epochs += check(backend, num_workers, world)
+            for num_workers in (2,) if ray else (0, 2):
+                epochs += check(backend, num_workers, world, ray)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -111,4 +125,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:] == ["ray"])

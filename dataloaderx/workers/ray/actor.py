@@ -4,9 +4,13 @@ Each epoch it starts afresh as a new worker process would (``fresh``): the globa
 generators seeded from ``base_seed + id`` (numpy's through torch's ``_generate_state``),
 ``get_worker_info()`` set for the process, ``worker_init_fn(id)`` called; or, with
 persistent workers, only a new fetcher. The actor's process keeps one intra-op torch
-thread. Every task answers with an :class:`~dataloaderx.workers.contract.Outcome` and a
-payload: the batch with its tensors packed for the hand-over, or the error wrapped as a
-worker process wraps it, naming the worker, the node and the process.
+thread. An actor on the loop's machine hands batches over as a worker process does:
+``get_worker_info()`` is torch's own global, so that ``default_collate`` stacks into shared
+memory (files the loop maps: :mod:`~dataloaderx.workers.ray.shared`); elsewhere the
+worker's info is hidden from that collation, and tensors go through the object store.
+Every task answers with an :class:`~dataloaderx.workers.contract.Outcome` and a payload:
+the batch with its tensors packed for the hand-over, or the error wrapped as a worker
+process wraps it, naming the worker, the node and the process.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.workers.contract import Outcome
 from dataloaderx.workers.info import install, set_process_info, worker_info
+from dataloaderx.workers.ray.shared import SharedMemory, machine, share_by_name
 from dataloaderx.workers.ray.transfer import pack
 
 __all__ = ["CONTROL", "EpochSetup", "Place", "RayWorker"]
@@ -66,11 +71,23 @@ def _node_address(node_id: str) -> str:
 class RayWorker:
     """Worker ``worker_id`` of ``num_workers``, holding the dataset of ``dataset_ref[0]``
     (a list, so that Ray hands the reference over unresolved: the dataset is read in the
-    first epoch, where an error is the first batch's outcome, as in a worker process)."""
+    first epoch, where an error is the first batch's outcome, as in a worker process);
+    ``shared`` says where the loop runs (``None``: hand everything over through the object
+    store)."""
 
-    def __init__(self, worker_id: int, num_workers: int, dataset_ref: list[Any]) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        num_workers: int,
+        dataset_ref: list[Any],
+        shared: SharedMemory | None,
+    ) -> None:
         torch.set_num_threads(1)
         install()
+        #: The prefix of this actor's shared-memory files, on the loop's machine only.
+        self._prefix = None if shared is None or shared.machine != machine() else shared.prefix
+        if self._prefix is not None:
+            share_by_name(self._prefix)
         self._id = worker_id
         self._num_workers = num_workers
         self._dataset_ref = dataset_ref
@@ -118,7 +135,10 @@ class RayWorker:
         torch.manual_seed(seed)
         numpy.random.seed(torch_worker._generate_state(base_seed, self._id))  # type: ignore[no-untyped-call]
         info = worker_info(self._dataset, self._id, self._num_workers, base_seed, method="ray")
-        set_process_info(info)
+        if self._prefix is not None:
+            torch_worker._worker_info = info
+        else:
+            set_process_info(info)
 
     @ray.method(concurrency_group=CONTROL)
     def skip_through(self, ticket: int) -> None:
@@ -138,7 +158,7 @@ class RayWorker:
         if self._exhausted:
             return Outcome.EXHAUSTED, None
         try:
-            return Outcome.BATCH, pack(self._fetcher.fetch(indices))
+            return Outcome.BATCH, pack(self._fetcher.fetch(indices), self._prefix)
         except StopIteration:
             if self._iterable:
                 self._exhausted = True

@@ -5,6 +5,8 @@ resources (a placement group, one bundle per worker), and starts the actors as n
 actors in the namespace :data:`NAMESPACE`, named ``<group>-w<worker>-g<generation>``; the
 group's name is unique per loader, so the actors of a loader can be found and counted.
 A replacement keeps its worker's id and bundle. :meth:`ActorGroup.kill` ends every actor.
+The results of tasks an epoch no longer wants are read and dropped once they come
+(:meth:`ActorGroup.abandon`): a batch in shared memory is freed only when read.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import enum
 import time
 import uuid
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -21,6 +25,7 @@ from ray.util import scheduling_strategies
 from dataloaderx.workers.ray.actor import CONTROL, Place, RayWorker
 from dataloaderx.workers.ray.cluster import connect, release, reserve
 from dataloaderx.workers.ray.options import RayOptions
+from dataloaderx.workers.ray.shared import SharedMemory, machine, remove_files
 
 __all__ = ["NAMESPACE", "ActorGroup", "ActorSlot", "SlotState"]
 
@@ -95,6 +100,13 @@ class ActorGroup:
         )
         #: The number of the latest task sent to any actor of the group.
         self._tickets = 0
+        #: Where actors that run on this machine hand batches over in shared memory.
+        here = machine() if options.handover == "auto" else None
+        self._shared = None if here is None else SharedMemory(here, self.name)
+        #: Results of tasks no longer wanted, not yet come.
+        self._abandoned: list[Any] = []
+        #: Removes the actors' shared-memory files left (at :meth:`kill`, or at exit).
+        self._remove_files = weakref.finalize(self, remove_files, self.name)
         self._placement = reserve(options, num_workers)
         self.slots = [self._start(worker, 0, SlotState.STARTING) for worker in range(num_workers)]
 
@@ -121,7 +133,7 @@ class ActorGroup:
         if options.runtime_env is not None:
             actor_options["runtime_env"] = dict(options.runtime_env)
         handle = _RemoteWorker.options(**actor_options).remote(
-            worker, self.num_workers, [self._dataset_ref]
+            worker, self.num_workers, [self._dataset_ref], self._shared
         )
         deadline = time.monotonic() + options.placement_timeout_s
         return ActorSlot(handle, name, generation, state, handle.place.remote(), deadline)
@@ -131,10 +143,26 @@ class ActorGroup:
         self._tickets += 1
         return self._tickets
 
-    def skip_sent(self) -> None:
-        """Make every actor skip the tasks sent so far that it has not started."""
+    def abandon(self, results: Iterable[Any]) -> None:
+        """Make every actor skip the tasks sent so far that it has not started, and let go
+        of their ``results``: each is read and dropped once it comes."""
         for slot in self.slots:
             slot.handle.skip_through.remote(self._tickets)
+        self._abandoned.extend(results)
+        self.drop_abandoned()
+
+    def drop_abandoned(self) -> None:
+        """Read and drop the results let go of that have come, without waiting."""
+        if not self._abandoned or not ray.is_initialized():
+            return
+        ready, self._abandoned = ray.wait(
+            self._abandoned, num_returns=len(self._abandoned), timeout=0, fetch_local=False
+        )
+        for result in ready:
+            try:
+                ray.get(result, timeout=0)
+            except Exception:  # noqa: BLE001 - a result nobody wants, lost or not
+                continue
 
     def replace(self, worker: int) -> ActorSlot:
         """Start a new actor for ``worker`` (the old one is lost), and return its slot."""
@@ -144,12 +172,21 @@ class ActorGroup:
         self.slots[worker] = slot
         return slot
 
+    def forget_reservation(self) -> None:
+        """Leave the reservation of a cluster that went away to it: asked to free it, a GCS
+        gone keeps the caller waiting until Ray's own limit (60 s) ends the process."""
+        self._placement = None
+
     def kill(self) -> None:
         """End every actor and free the reservation (as far as Ray is still there)."""
-        for slot in self.slots:
-            _kill(slot.handle)
-        release(self._placement)
-        self._placement = None
+        try:
+            self.drop_abandoned()
+            for slot in self.slots:
+                _kill(slot.handle)
+            release(self._placement)
+            self._placement = None
+        finally:
+            self._remove_files()
 
 
 def _kill(handle: Any) -> None:

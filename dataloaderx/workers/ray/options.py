@@ -10,10 +10,13 @@ from typing import Any, Final
 
 from dataloaderx.util.suggest import did_you_mean, quoted
 
-__all__ = ["RayOptions", "parse_options"]
+__all__ = ["HANDOVERS", "RayOptions", "parse_options"]
 
 #: Scheduling strategies given by name; other strategies are Ray's strategy objects.
 _STRATEGY_NAMES: Final = ("SPREAD", "DEFAULT")
+#: How batches come back: shared memory from actors on the loop's machine, or the object
+#: store from every actor.
+HANDOVERS: Final = ("auto", "object_store")
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,11 @@ class RayOptions:
     scheduling_strategy: Any = "SPREAD"
     runtime_env: Mapping[str, Any] | None = None
     #: Seconds to wait for the actors' resources (and a replacement's start) before an error.
-    placement_timeout_s: float = 60.0
+    placement_timeout_s: float = 30.0
     #: How many lost actors one iterator replaces before it raises.
     max_replacements: int = 4
+    #: One of :data:`HANDOVERS`.
+    handover: str = "auto"
 
     def bundle(self) -> dict[str, float]:
         """The resources of one actor, as a placement-group bundle (zeros left out)."""
@@ -92,6 +97,13 @@ def _replacements(value: object) -> int:
     return value
 
 
+def _handover(value: object) -> str:
+    if not isinstance(value, str) or value not in HANDOVERS:
+        name = value if isinstance(value, str) else ""
+        raise _bad("handover", value, f"one of {quoted(HANDOVERS)}{did_you_mean(name, HANDOVERS)}")
+    return value
+
+
 _PARSERS: Final = {
     "num_cpus": lambda value: _number("num_cpus", value),
     "num_gpus": lambda value: _number("num_gpus", value),
@@ -101,6 +113,7 @@ _PARSERS: Final = {
     "runtime_env": _runtime_env,
     "placement_timeout_s": lambda value: _number("placement_timeout_s", value, positive=True),
     "max_replacements": _replacements,
+    "handover": _handover,
 }
 
 

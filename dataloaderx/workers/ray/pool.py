@@ -32,6 +32,7 @@ from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.workers.contract import Outcome, Result, WorkerPool, WorkerSetup
 from dataloaderx.workers.ray.actor import EpochSetup
 from dataloaderx.workers.ray.group import ActorGroup, ActorSlot, SlotState
+from dataloaderx.workers.ray.heartbeat import Heartbeat
 from dataloaderx.workers.ray.options import RayOptions, parse_options
 from dataloaderx.workers.ray.transfer import prepare, unpack
 
@@ -97,6 +98,8 @@ class RayWorkers(WorkerPool):
         ):
             group.kill()
             group = None
+        if group is not None:
+            group.drop_abandoned()
         try:
             if group is None:
                 group = ActorGroup(self._options, setup.num_workers, setup.dataset)
@@ -113,6 +116,7 @@ class RayWorkers(WorkerPool):
         self._pending: dict[Any, _Task] = {}
         self._replacements = 0
         self._turns = itertools.cycle(range(setup.num_workers))
+        self._heartbeat = Heartbeat(self._options.placement_timeout_s)
         for worker in range(setup.num_workers):
             self._start_epoch(worker, fresh=True)
 
@@ -161,18 +165,26 @@ class RayWorkers(WorkerPool):
                     if slot.state is not SlotState.READY
                 }
                 self._check_started()
+                if waiting:
+                    self._heartbeat.check(self._group)
             wait = max(0.0, min(deadline - time.monotonic(), POLL_SECONDS))
             if not waiting and not starting:
                 self._stop.wait(wait)
                 return None
-            ready, _ = ray.wait([*waiting, *starting], num_returns=1, timeout=wait)
+            ready, _ = ray.wait(
+                [*waiting, *starting, *self._heartbeat.pings], num_returns=1, timeout=wait
+            )
             if not ready:
                 return None
             if ready[0] in starting:
+                self._heartbeat.heard()
                 self._started(starting[ready[0]], ready[0])
+                continue
+            if self._heartbeat.answered(ready[0]):
                 continue
             result = self._collect(ready[0])
             if result is not None:
+                self._heartbeat.heard()
                 return result
             if time.monotonic() >= deadline:
                 return None
@@ -220,8 +232,12 @@ class RayWorkers(WorkerPool):
         """Drop the tasks sent: each actor skips those it has not started. (Not
         ``ray.cancel``: an actor waits 30 s for a cancelled task's place in its order.)"""
         pending, self._pending = self._pending, {}
-        if pending and ray.is_initialized():  # Ray shut down first: nothing left to skip
-            self._group.skip_sent()
+        if not ray.is_initialized():  # Ray shut down first: nothing left to skip
+            return
+        if pending:
+            self._group.abandon(pending)
+        else:
+            self._group.drop_abandoned()
 
     def _collect(self, ref: Any) -> Result | None:
         """The result of ``ref``; ``None`` when it is not this epoch's, or was redone."""

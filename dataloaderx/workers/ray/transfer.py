@@ -1,4 +1,6 @@
-"""A batch's hand-over from an actor to the loop: tensors travel as numpy arrays.
+"""A batch's hand-over from an actor to the loop through the object store: tensors travel
+as numpy arrays (on the loop's own machine, tensors in shared memory go by name first:
+:mod:`~dataloaderx.workers.ray.shared`).
 
 Ray returns a numpy array from its object store without a copy (read-only), while a torch
 tensor is pickled and copied. :func:`pack` wraps each CPU tensor of a batch as an
@@ -19,6 +21,8 @@ from typing import Any, Final
 import numpy
 import torch
 from torch.utils._pytree import tree_map_only
+
+from dataloaderx.workers.ray.shared import segment
 
 __all__ = ["pack", "prepare", "unpack"]
 
@@ -65,9 +69,17 @@ def _packed(tensor: torch.Tensor) -> Any:
     return _Array(tensor.numpy()) if plain else tensor
 
 
-def pack(batch: Any) -> Any:
-    """``batch`` with each tensor numpy can hold as an :class:`_Array` (in the actor)."""
-    return tree_map_only(torch.Tensor, _packed, batch)
+def pack(batch: Any, prefix: str | None) -> Any:
+    """``batch`` with each tensor numpy can hold as an :class:`_Array` (in the actor); with
+    a ``prefix``, each tensor in a shared-memory file of that prefix as the file's name."""
+    if prefix is None:
+        return tree_map_only(torch.Tensor, _packed, batch)
+
+    def named_or_packed(tensor: torch.Tensor) -> Any:
+        named = segment(tensor, prefix)
+        return _packed(tensor) if named is None else named
+
+    return tree_map_only(torch.Tensor, named_or_packed, batch)
 
 
 def _opened(packed: _Array) -> torch.Tensor:
