@@ -5,8 +5,10 @@ nothing from its actors for :data:`PING_SECONDS`, each ready actor gets a call t
 nothing and runs beside the task under way (``skip_through(0)``, in the actor's control
 group), again every :data:`PING_SECONDS` while none answers; an answer, a result or an
 actor started is a sign of life, a call that fails (the actor unreachable) is not. Asked
-for ``limit`` seconds without a sign of life, the cluster went away (its nodes, or the
-network to them): the calls already sent then never end, and :meth:`Heartbeat.check` raises.
+for ``placement_timeout_s`` seconds without a sign of life, or :data:`SILENCE_SECONDS` if
+that is shorter (Ray ends a driver 60 s after it lost the cluster's GCS), the cluster went
+away (its nodes, or the network to them): the calls already sent then never end, and
+:meth:`Heartbeat.check` raises.
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ from ray import exceptions as ray_errors
 
 from dataloaderx.workers.ray.group import ActorGroup, SlotState
 
-__all__ = ["PING_SECONDS", "Heartbeat"]
+__all__ = ["PING_SECONDS", "SILENCE_SECONDS", "Heartbeat"]
 
 #: Silence after which the actors are asked whether they still answer, and how often.
 PING_SECONDS: Final = 1.0
+#: The longest the actors may be asked in vain before the cluster is taken for gone.
+SILENCE_SECONDS: Final = 30.0
 
 
 class Heartbeat:
     """The actors' last sign of life, and the calls asking for the next one."""
 
-    def __init__(self, limit: float) -> None:
-        self._limit = limit
+    def __init__(self, placement_timeout_s: float) -> None:
+        self._option = placement_timeout_s
+        self._limit = min(placement_timeout_s, SILENCE_SECONDS)
         self._heard = time.monotonic()
         #: When the actors were first asked since the last sign of life (``None``: not
         #: asked), and when last.
@@ -58,7 +63,7 @@ class Heartbeat:
 
     def check(self, group: ActorGroup) -> None:
         """Ask the ready actors of ``group`` for a sign of life after a silence; once they
-        were asked for ``limit`` s in vain, leave the group's reservation to the cluster
+        were asked in vain for the limit, leave the group's reservation to the cluster
         gone and raise ``RuntimeError``. (No actor ready: the actors' start deadline rules.)"""
         handles = [slot.handle for slot in group.slots if slot.state is SlotState.READY]
         now = time.monotonic()
@@ -69,7 +74,8 @@ class Heartbeat:
             group.forget_reservation()
             raise RuntimeError(
                 "the Ray cluster went away: no DataLoader worker (worker_method='ray') "
-                f"answered for worker_options['placement_timeout_s']={self._limit!r} s while "
+                f"answered for {self._limit:g} s (worker_options['placement_timeout_s']="
+                f"{self._option!r}, at most {SILENCE_SECONDS:g} s) while "
                 "batches were due (the cluster's nodes, or the network to them, are gone); "
                 "check the cluster (`ray status`), then resume from a checkpoint "
                 "(state_dict()), or raise placement_timeout_s to wait longer for a slow network"

@@ -34,7 +34,7 @@ class RayOptions:
     scheduling_strategy: Any = "SPREAD"
     runtime_env: Mapping[str, Any] | None = None
     #: Seconds to wait for the actors' resources (and a replacement's start) before an error.
-    placement_timeout_s: float = 30.0
+    placement_timeout_s: float = 60.0
     #: How many lost actors one iterator replaces before it raises.
     max_replacements: int = 4
     #: One of :data:`HANDOVERS`.
