@@ -37,8 +37,10 @@ from typing import Any
 
 import ray
 import torch
+import worker_method
 import workloads
 from torch.utils.data import DataLoader, Dataset
+from worker_method import COPY_ON_READ_SCALE, batch_size
 
 from dataloaderx import DataLoaderX
 
@@ -48,11 +50,7 @@ EPOCHS = 3
 TARGETS = {workloads.IO_LATENCY: 0.97, workloads.TORCH_OPS: 0.8, workloads.BIG_TENSORS: 1.0}
 
 DATASETS: dict[str, Callable[[int], Dataset[torch.Tensor]]] = {
-    workloads.COPY_ON_READ: workloads.CopyOnRead,
-    workloads.TORCH_OPS: workloads.TorchOps,
-    workloads.JPEG: workloads.JpegDecode,
-    workloads.PURE_PYTHON: workloads.PurePython,
-    workloads.BIG_TENSORS: workloads.BigTensors,
+    **worker_method.DATASETS,
     workloads.IO_LATENCY: workloads.IoLatency,
 }
 LOADERS: dict[str, Callable[[Dataset[torch.Tensor], int], Iterable[Any]]] = {
@@ -66,10 +64,6 @@ LOADERS: dict[str, Callable[[Dataset[torch.Tensor], int], Iterable[Any]]] = {
 }
 
 
-def batch_size(workload: str) -> int:
-    return 64 if workload == workloads.BIG_TENSORS else 32
-
-
 def one_run(workload: str, dataset: Dataset[torch.Tensor], name: str) -> tuple[float, float]:
     """Batches per second over the epochs after the first, and epoch 1's first batch (ms)."""
     result = workloads.run_epochs(lambda: LOADERS[name](dataset, batch_size(workload)), EPOCHS)
@@ -78,7 +72,7 @@ def one_run(workload: str, dataset: Dataset[torch.Tensor], name: str) -> tuple[f
 
 
 def measure(workload: str, batches: int, rounds: int) -> dict[str, tuple[float, float]]:
-    scale = 32 if workload == workloads.COPY_ON_READ else 1
+    scale = COPY_ON_READ_SCALE if workload == workloads.COPY_ON_READ else 1
     dataset = DATASETS[workload](batches * scale * batch_size(workload))
     names = list(LOADERS)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in names}

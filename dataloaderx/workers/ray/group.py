@@ -15,7 +15,6 @@ import enum
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -143,12 +142,14 @@ class ActorGroup:
         self._tickets += 1
         return self._tickets
 
-    def abandon(self, results: Iterable[Any]) -> None:
+    def abandon(self, results: list[Any]) -> None:
         """Make every actor skip the tasks sent so far that it has not started, and let go
-        of their ``results``: each is read and dropped once it comes."""
-        for slot in self.slots:
-            slot.handle.skip_through.remote(self._tickets)
-        self._abandoned.extend(results)
+        of their ``results`` (none: only read and drop those let go of before): each is
+        read and dropped once it comes."""
+        if results:
+            for slot in self.slots:
+                slot.handle.skip_through.remote(self._tickets)
+            self._abandoned.extend(results)
         self.drop_abandoned()
 
     def drop_abandoned(self) -> None:

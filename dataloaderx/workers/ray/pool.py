@@ -232,12 +232,8 @@ class RayWorkers(WorkerPool):
         """Drop the tasks sent: each actor skips those it has not started. (Not
         ``ray.cancel``: an actor waits 30 s for a cancelled task's place in its order.)"""
         pending, self._pending = self._pending, {}
-        if not ray.is_initialized():  # Ray shut down first: nothing left to skip
-            return
-        if pending:
-            self._group.abandon(pending)
-        else:
-            self._group.drop_abandoned()
+        if ray.is_initialized():  # Ray shut down first: nothing left to skip
+            self._group.abandon(list(pending))
 
     def _collect(self, ref: Any) -> Result | None:
         """The result of ``ref``; ``None`` when it is not this epoch's, or was redone."""
