@@ -9,7 +9,8 @@ What is measured (each part alone with ``--parts``):
   through the object store (numpy arrays, no copy on the loop's side: what actors on other
   machines do) and, for reference, the same actors returning torch tensors (pickled, a
   copy). Epochs after the first; the figure is the loop's seconds per batch divided by the
-  batch's MiB.
+  batch's MiB, the median of ``--rounds`` alternated rounds; the last column is Ray's speed
+  on shared memory against processes' (processes' time over Ray's).
 - ``first``: time from ``iter(loader)`` to the first batch, epoch 1 (actors start; Ray
   already running) and epoch 2 (actors kept), against worker processes.
 - ``scale``: items that wait 20 ms each (GIL released: remote storage, a remote decode),
@@ -46,6 +47,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import _common as bench
 import psutil
 import ray
 import torch
@@ -106,19 +108,23 @@ def epoch_seconds(loader: Iterable[Any]) -> tuple[float, int]:
     return time.perf_counter() - start, count
 
 
-def handover(sizes: list[float], batches: int) -> None:
-    print("\n## Hand-over per MiB of batch (2 workers, epochs 2-3)\n")
+def handover(sizes: list[float], batches: int, rounds: int) -> None:
+    print(f"\n## Hand-over per MiB of batch (2 workers, epochs 2-3, median of {rounds} rounds)\n")
     print(
         "| batch MiB | processes | Ray (shared memory) | Ray (object store) "
-        "| Ray (torch, pickled) |  (ms per MiB)"
+        "| Ray (torch, pickled) | shared memory / processes |  (ms per MiB)"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for mib in sizes:
         dataset = Big(batches, mib)
-        makers: list[Callable[[Big], Iterable[Any]]] = [
-            lambda data: DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True),
-            lambda data: DataLoaderX(data, batch_size=8, num_workers=2, backend="sync", **RAY),
-            lambda data: DataLoaderX(
+        makers: dict[str, Callable[[Big], Iterable[Any]]] = {
+            "processes": lambda data: DataLoader(
+                data, batch_size=8, num_workers=2, persistent_workers=True
+            ),
+            "shared memory": lambda data: DataLoaderX(
+                data, batch_size=8, num_workers=2, backend="sync", **RAY
+            ),
+            "object store": lambda data: DataLoaderX(
                 data,
                 batch_size=8,
                 num_workers=2,
@@ -126,7 +132,7 @@ def handover(sizes: list[float], batches: int) -> None:
                 worker_options={"handover": "object_store"},
                 **RAY,
             ),
-            lambda data: DataLoaderX(
+            "pickled": lambda data: DataLoaderX(
                 data,
                 batch_size=8,
                 num_workers=2,
@@ -134,15 +140,22 @@ def handover(sizes: list[float], batches: int) -> None:
                 collate_fn=tensors_as_they_are,
                 **RAY,
             ),
-        ]
-        cells = []
-        for maker in makers:
-            loader = maker(dataset)
-            epoch_seconds(loader)  # epoch 1: start-up
-            times = [epoch_seconds(loader)[0] for _ in range(2)]
-            cells.append(f"{statistics.median(times) / batches / mib * 1e3:.2f}")
-            del loader
-        print(f"| {mib:g} | " + " | ".join(cells) + " |", flush=True)
+        }
+        runs: dict[str, list[float]] = {name: [] for name in makers}
+        for round_number in range(rounds):
+            for name in bench.rotated(list(makers), round_number):
+                loader = makers[name](dataset)
+                epoch_seconds(loader)  # epoch 1: start-up
+                times = [epoch_seconds(loader)[0] for _ in range(2)]
+                runs[name].append(statistics.median(times) / batches / mib * 1e3)
+                del loader
+        cells = {name: statistics.median(values) for name, values in runs.items()}
+        ratio = cells["processes"] / cells["shared memory"]
+        print(
+            f"| {mib:g} | " + " | ".join(f"{cell:.3f}" for cell in cells.values()) + f" | "
+            f"{ratio:.2f}x |",
+            flush=True,
+        )
 
 
 def first_batch() -> None:
@@ -330,6 +343,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=parts)
     parser.add_argument("--mib", nargs="+", type=float, default=[8.0])
     parser.add_argument("--batches", type=int, default=24)
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (handover)")
     parser.add_argument("--kills", type=int, default=20)
     arguments = parser.parse_args()
     torch.set_num_threads(1)
@@ -338,7 +352,7 @@ def main() -> None:
     try:
         for part in arguments.parts:
             if part == "handover":
-                handover(arguments.mib, arguments.batches)
+                handover(arguments.mib, arguments.batches, arguments.rounds)
             elif part == "first":
                 first_batch()
             elif part == "scale":

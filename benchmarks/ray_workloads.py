@@ -14,7 +14,9 @@ The figure is batches per second over epochs 2 and 3 (the mean of the two), the 
 ``--rounds`` alternated rounds; epoch 1 (a fork, or new actors) is reported apart as its
 time to the first batch. Ray is started once, before anything is timed (``ray.init``: the
 "Ray already running" of a training job on a cluster), with ``benchmarks/`` on its
-workers' ``PYTHONPATH`` so that actors import the datasets.
+workers' ``PYTHONPATH`` so that actors import the datasets. Memory is not sampled: Ray's
+processes are this process's children, and reading them every 20 ms took up to a third
+of every loader's throughput here (``ray_workers.py`` measures memory).
 
 Targets (``docs/ray-workers.md``): Ray >= 0.97x processes on I/O latency, >= 0.8x on torch
 ops, and on 1 MB tensors (64 MiB batches: the hand-over) >= 1.0x.
@@ -66,7 +68,9 @@ LOADERS: dict[str, Callable[[Dataset[torch.Tensor], int], Iterable[Any]]] = {
 
 def one_run(workload: str, dataset: Dataset[torch.Tensor], name: str) -> tuple[float, float]:
     """Batches per second over the epochs after the first, and epoch 1's first batch (ms)."""
-    result = workloads.run_epochs(lambda: LOADERS[name](dataset, batch_size(workload)), EPOCHS)
+    result = workloads.run_epochs(
+        lambda: LOADERS[name](dataset, batch_size(workload)), EPOCHS, memory=False
+    )
     later = result["epoch_batches_per_s"][1:]
     return statistics.fmean(later), result["first_batch_ms"][0]
 

@@ -9,6 +9,7 @@ last batch to the end of each epoch, and the peak memory of the process and its 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import io
@@ -190,7 +191,13 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run_epochs(make_loader: Callable[[], Iterable[Any]], epochs: int) -> dict[str, Any]:
+def _peak_bytes(sampler: Any) -> int:
+    return sampler.peak_bytes or 0 if isinstance(sampler, PeakMemory) else 0
+
+
+def run_epochs(
+    make_loader: Callable[[], Iterable[Any]], epochs: int, *, memory: bool = True
+) -> dict[str, Any]:
     """Build a loader with ``make_loader`` and iterate it ``epochs`` times; what it took.
 
     ``seconds`` and ``batches_per_s`` count from before the loader is built to the end of
@@ -198,7 +205,9 @@ def run_epochs(make_loader: Callable[[], Iterable[Any]], epochs: int) -> dict[st
     each epoch's first batch; ``tail_ms`` from each epoch's last batch to the end of its
     ``for`` loop (a loader that waits for its workers there makes the training loop wait);
     ``peak_pss_mib`` is of this process and its child processes, sampled every
-    :data:`SAMPLE_SECONDS`; ``cpu_ms`` is the CPU time per batch of this process and of the
+    :data:`SAMPLE_SECONDS` (with ``memory=False``, not measured: 0; each sample reads every
+    descendant process, and a Ray this process started has dozens, whose reading slows
+    everything else); ``cpu_ms`` is the CPU time per batch of this process and of the
     child processes that ended (workers), from the loader's construction to its deletion: a
     figure that other jobs on the machine move far less than the throughput.
     """
@@ -207,8 +216,9 @@ def run_epochs(make_loader: Callable[[], Iterable[Any]], epochs: int) -> dict[st
     tails: list[float] = []
     epoch_seconds: list[float] = []
     epoch_batches: list[int] = []
-    with PeakMemory(interval=SAMPLE_SECONDS) as memory:
-        dataset_bytes = memory.peak_bytes or 0
+    sampler = PeakMemory(interval=SAMPLE_SECONDS) if memory else contextlib.nullcontext()
+    with sampler:
+        dataset_bytes = _peak_bytes(sampler)
         cpu_start = _cpu_seconds()
         start = perf_counter()
         loader = make_loader()
@@ -229,7 +239,7 @@ def run_epochs(make_loader: Callable[[], Iterable[Any]], epochs: int) -> dict[st
         del loader  # persistent workers exit here
         gc.collect()
         cpu = _cpu_seconds() - cpu_start
-        peak = memory.peak_bytes or 0
+        peak = _peak_bytes(sampler)
     return {
         "batches": sum(epoch_batches),
         "seconds": seconds,

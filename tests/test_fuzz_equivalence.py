@@ -21,7 +21,7 @@ from tests.reliability_support import ITEM_KINDS, KindDataset, takes_depth
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-EXAMPLES_PER_BACKEND = 200
+EXAMPLES_PER_BACKEND = 100
 
 
 @dataclass(frozen=True)

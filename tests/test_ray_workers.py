@@ -290,6 +290,34 @@ def test_on_this_machine_batches_come_in_shared_memory_and_none_is_left_behind()
     assert wait_for(lambda: not shared_files() - before, within=10)
 
 
+def allocated_before_written(items: list[torch.Tensor]) -> torch.Tensor:
+    """In the actor: whether a new shared-memory storage's file holds all its pages before
+    anything is written to it (``default_collate`` makes its batch's storage so)."""
+    nbytes = 1 << 20
+    storage = torch.UntypedStorage._new_shared(nbytes)
+    path = storage.filename
+    allocated = path is not None and os.stat(path).st_blocks * 512 >= nbytes
+    return torch.tensor([allocated])
+
+
+def test_an_actor_allocates_a_batch_s_shared_memory_at_once() -> None:
+    loader = DataLoaderX(
+        RangeDataset(4), batch_size=2, num_workers=1, collate_fn=allocated_before_written, **RAY
+    )
+    assert [batch.item() for batch in loader] == [True, True]
+
+
+def test_a_full_dev_shm_is_a_clear_error_not_a_crash() -> None:
+    from dataloaderx.workers.ray.shared import _populate_function
+
+    path = f"/dev/shm/dataloaderx-test-{os.getpid()}"
+    storage = torch.UntypedStorage.from_file(path, shared=True, nbytes=1 << 20)
+    os.truncate(path, 0)  # the pages now lie past the file's end: writing them faults
+    with pytest.raises(RuntimeError, match=r"does not fit in /dev/shm .*--shm-size"):
+        _populate_function()(storage.data_ptr(), 1 << 20, path)
+    assert not os.path.exists(path)
+
+
 def test_tensors_numpy_arrays_and_odd_dtypes_come_back_as_they_left() -> None:
     class Mixed(Dataset[dict[str, Any]]):
         def __len__(self) -> int:

@@ -69,17 +69,14 @@ def _node_address(node_id: str) -> str:
 
 
 class RayWorker:
-    """Worker ``worker_id`` of ``num_workers``, holding the dataset of ``dataset_ref[0]``
-    (a list, so that Ray hands the reference over unresolved: the dataset is read in the
-    first epoch, where an error is the first batch's outcome, as in a worker process);
-    ``shared`` says where the loop runs (``None``: hand everything over through the object
-    store)."""
+    """Worker ``worker_id`` of ``num_workers``; ``shared`` says where the loop runs
+    (``None``: hand everything over through the object store). The dataset comes with the
+    first epoch (:meth:`start_epoch`), so that an actor starts while the loop ships it."""
 
     def __init__(
         self,
         worker_id: int,
         num_workers: int,
-        dataset_ref: list[Any],
         shared: SharedMemory | None,
     ) -> None:
         torch.set_num_threads(1)
@@ -90,7 +87,6 @@ class RayWorker:
             share_by_name(self._prefix)
         self._id = worker_id
         self._num_workers = num_workers
-        self._dataset_ref = dataset_ref
         self._dataset: Any = None
         node_id = ray.get_runtime_context().get_node_id()
         self._place = Place(_node_address(node_id), node_id, os.getpid())
@@ -105,16 +101,21 @@ class RayWorker:
         """Where this actor runs; answered once it has started."""
         return self._place
 
-    def start_epoch(self, setup_ref: list[Any], base_seed: int, fresh: bool) -> None:
-        """Make this epoch's fetcher from the :class:`EpochSetup` of ``setup_ref[0]``; with
-        ``fresh``, first start as a new worker process would."""
+    def start_epoch(
+        self, setup_ref: list[Any], dataset_ref: list[Any], base_seed: int, fresh: bool
+    ) -> None:
+        """Make this epoch's fetcher from the :class:`EpochSetup` of ``setup_ref[0]`` and,
+        unless it holds it already, the dataset of ``dataset_ref[0]``; with ``fresh``, first
+        start as a new worker process would. (The references come in lists so that Ray hands
+        them over unresolved: a dataset that fails to load is the first batch's outcome, as
+        in a worker process.)"""
         self._exhausted = False
         self._fetcher, self._failure = None, None
         try:
             setup: EpochSetup = ray.get(setup_ref[0])
             self._iterable = setup.dataset_kind == _DatasetKind.Iterable
             if self._dataset is None:
-                self._dataset = ray.get(self._dataset_ref[0])
+                self._dataset = ray.get(dataset_ref[0])
             if fresh:
                 self._seed(base_seed)
                 if setup.init_fn is not None:

@@ -23,7 +23,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.workers.ray.options import RayOptions
 
-__all__ = ["connect", "release", "reserve"]
+__all__ = ["connect", "release", "reserve", "wait_reserved"]
 
 _lock = threading.Lock()
 #: How long a reservation waits before collecting garbage once (dropped loaders' actors).
@@ -56,9 +56,8 @@ def connect() -> None:
 
 
 def reserve(options: RayOptions, num_workers: int) -> PlacementGroup | None:
-    """A placement group of one bundle per worker, ready; ``None`` where the actors reserve
-    nothing or the user's strategy places them. Raise ``RuntimeError`` after
-    ``options.placement_timeout_s`` when the cluster cannot hold the bundles."""
+    """A placement group of one bundle per worker, asked for (:func:`wait_reserved` waits
+    for it); ``None`` where the actors reserve nothing or the user's strategy places them."""
     bundle = options.bundle()
     if not bundle or not isinstance(options.scheduling_strategy, str):
         return None
@@ -66,6 +65,15 @@ def reserve(options: RayOptions, num_workers: int) -> PlacementGroup | None:
     group: PlacementGroup = placement_group(
         [dict(bundle) for _ in range(num_workers)], strategy=strategy
     )
+    return group
+
+
+def wait_reserved(group: PlacementGroup | None, options: RayOptions, num_workers: int) -> None:
+    """Wait until ``group`` (``None``: nothing to wait for) is placed. Raise
+    ``RuntimeError`` after ``options.placement_timeout_s`` when the cluster cannot hold its
+    bundles, and remove it."""
+    if group is None:
+        return
     start = time.monotonic()
     deadline = start + options.placement_timeout_s
     ready = group.ready()
@@ -78,14 +86,13 @@ def reserve(options: RayOptions, num_workers: int) -> PlacementGroup | None:
         if time.monotonic() >= deadline:
             release(group)
             raise RuntimeError(
-                f"num_workers={num_workers} Ray workers, each reserving {bundle}, did not fit "
-                f"the Ray cluster within worker_options['placement_timeout_s']="
+                f"num_workers={num_workers} Ray workers, each reserving {options.bundle()}, "
+                f"did not fit the Ray cluster within worker_options['placement_timeout_s']="
                 f"{options.placement_timeout_s!r} s (the cluster has "
                 f"{_named(ray.cluster_resources())} in all, "  # type: ignore[no-untyped-call]
                 f"{_named(ray.available_resources())} free); lower num_workers or "  # type: ignore[no-untyped-call]
                 "worker_options' num_cpus / memory / resources, or add nodes to the cluster"
             )
-    return group
 
 
 def release(group: PlacementGroup | None) -> None:

@@ -1,9 +1,11 @@
 """A loader's Ray actors: one per worker, kept between epochs, replaced when lost.
 
-The group ships the dataset to the object store once (``ray.put``), reserves the actors'
-resources (a placement group, one bundle per worker), and starts the actors as named
-actors in the namespace :data:`NAMESPACE`, named ``<group>-w<worker>-g<generation>``; the
-group's name is unique per loader, so the actors of a loader can be found and counted.
+The group asks for the actors' resources (a placement group, one bundle per worker), starts
+the actors, and ships the dataset to the object store once (``ray.put``) while they are
+placed and start (each takes it with its first epoch); then it waits for the placement.
+The actors are named actors in the namespace :data:`NAMESPACE`, named
+``<group>-w<worker>-g<generation>``; the group's name is unique per loader, so the actors
+of a loader can be found and counted.
 A replacement keeps its worker's id and bundle. :meth:`ActorGroup.kill` ends every actor.
 The results of tasks an epoch no longer wants are read and dropped once they come
 (:meth:`ActorGroup.abandon`): a batch in shared memory is freed only when read.
@@ -22,7 +24,7 @@ import ray
 from ray.util import scheduling_strategies
 
 from dataloaderx.workers.ray.actor import CONTROL, Place, RayWorker
-from dataloaderx.workers.ray.cluster import connect, release, reserve
+from dataloaderx.workers.ray.cluster import connect, release, reserve, wait_reserved
 from dataloaderx.workers.ray.options import RayOptions
 from dataloaderx.workers.ray.shared import SharedMemory, machine, remove_files
 
@@ -91,12 +93,6 @@ class ActorGroup:
         self.options = options
         self.num_workers = num_workers
         self.name = f"dataloaderx-{uuid.uuid4().hex[:12]}"
-        self._dataset_ref = shipped(
-            "dataset",
-            dataset,
-            "make every member picklable with cloudpickle (open files, locks and "
-            "connections in worker_init_fn or on first use instead)",
-        )
         #: The number of the latest task sent to any actor of the group.
         self._tickets = 0
         #: Where actors that run on this machine hand batches over in shared memory.
@@ -107,7 +103,21 @@ class ActorGroup:
         #: Removes the actors' shared-memory files left (at :meth:`kill`, or at exit).
         self._remove_files = weakref.finalize(self, remove_files, self.name)
         self._placement = reserve(options, num_workers)
-        self.slots = [self._start(worker, 0, SlotState.STARTING) for worker in range(num_workers)]
+        self.slots: list[ActorSlot] = []
+        try:
+            for worker in range(num_workers):
+                self.slots.append(self._start(worker, 0, SlotState.STARTING))
+            #: The dataset in the object store, for every actor's first epoch.
+            self.dataset_ref = shipped(
+                "dataset",
+                dataset,
+                "make every member picklable with cloudpickle (open files, locks and "
+                "connections in worker_init_fn or on first use instead)",
+            )
+            wait_reserved(self._placement, options, num_workers)
+        except BaseException:
+            self.kill()
+            raise
 
     def _start(self, worker: int, generation: int, state: SlotState) -> ActorSlot:
         options = self.options
@@ -132,7 +142,7 @@ class ActorGroup:
         if options.runtime_env is not None:
             actor_options["runtime_env"] = dict(options.runtime_env)
         handle = _RemoteWorker.options(**actor_options).remote(
-            worker, self.num_workers, [self._dataset_ref], self._shared
+            worker, self.num_workers, self._shared
         )
         deadline = time.monotonic() + options.placement_timeout_s
         return ActorSlot(handle, name, generation, state, handle.place.remote(), deadline)

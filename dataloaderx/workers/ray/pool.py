@@ -208,7 +208,9 @@ class RayWorkers(WorkerPool):
 
     def _start_epoch(self, worker: int, fresh: bool) -> None:
         slot = self._group.slots[worker]
-        slot.handle.start_epoch.remote([self._setup_ref], self._setup.base_seed, fresh)
+        slot.handle.start_epoch.remote(
+            [self._setup_ref], [self._group.dataset_ref], self._setup.base_seed, fresh
+        )
 
     def _runner(self, worker: int) -> int:
         """The worker whose actor runs a task of ``worker``: its own, unless it is being
