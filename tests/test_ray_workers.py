@@ -646,6 +646,8 @@ def test_ctrl_c_ends_the_wait_for_a_batch(backend: str) -> None:
     loader = DataLoaderX(Slow(4, 5.0, slow_from=1), num_workers=1, backend=backend, **RAY)
     iterator = iter(loader)
     assert int(next(iterator)) == 0
+    # A suite started in the background by a shell ignores SIGINT: use a terminal's handler.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -653,6 +655,7 @@ def test_ctrl_c_ends_the_wait_for_a_batch(backend: str) -> None:
             next(iterator)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, handler)
     iterator.close()
 
 
