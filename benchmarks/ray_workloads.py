@@ -14,9 +14,9 @@ The figure is batches per second over epochs 2 and 3 (the mean of the two), the 
 ``--rounds`` alternated rounds; epoch 1 (a fork, or new actors) is reported apart as its
 time to the first batch. Ray is started once, before anything is timed (``ray.init``: the
 "Ray already running" of a training job on a cluster), with ``benchmarks/`` on its
-workers' ``PYTHONPATH`` so that actors import the datasets. Memory is not sampled: Ray's
-processes are this process's children, and reading them every 20 ms took up to a third
-of every loader's throughput here (``ray_workers.py`` measures memory).
+workers' ``PYTHONPATH`` so that actors import the datasets. Memory is not sampled (none
+is reported here; ``ray_workers.py`` measures it): each sample costs CPU the loaders
+share.
 
 Targets (``docs/ray-workers.md``): Ray >= 0.97x processes on I/O latency, >= 0.8x on torch
 ops, and on 1 MB tensors (64 MiB batches: the hand-over) >= 1.0x.

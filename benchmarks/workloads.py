@@ -205,9 +205,9 @@ def run_epochs(
     each epoch's first batch; ``tail_ms`` from each epoch's last batch to the end of its
     ``for`` loop (a loader that waits for its workers there makes the training loop wait);
     ``peak_pss_mib`` is of this process and its child processes, sampled every
-    :data:`SAMPLE_SECONDS` (with ``memory=False``, not measured: 0; each sample reads every
-    descendant process, and a Ray this process started has dozens, whose reading slows
-    everything else); ``cpu_ms`` is the CPU time per batch of this process and of the
+    :data:`SAMPLE_SECONDS` (with ``memory=False``, not measured: 0, for a benchmark that
+    reports none, as each sample takes a millisecond or two of CPU); ``cpu_ms`` is the CPU
+    time per batch of this process and of the
     child processes that ended (workers), from the loader's construction to its deletion: a
     figure that other jobs on the machine move far less than the throughput.
     """

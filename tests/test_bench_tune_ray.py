@@ -9,6 +9,7 @@ import io
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from dataloaderx.bench.tune.actors import KeptActors
 from dataloaderx.bench.tune.cluster import RayCluster
 from dataloaderx.bench.tune.grid import Setting
 from dataloaderx.bench.tune.measure import Workload
+from dataloaderx.bench.tune.memory import PeakMemory
 from dataloaderx.bench.tune.tuner import as_yaml
 from dataloaderx.cli import main
 from tests.helpers import RangeDataset, assert_same, wait_for
@@ -130,3 +132,26 @@ def test_tune_asked_for_ray_without_ray_installed_names_the_extra(
     assert out == ""
     assert "--tune weighs Ray workers (--worker-method ray), but worker_method='ray'" in err
     assert "pip install 'dataloaderx[ray]'" in err
+
+
+def test_peak_memory_leaves_out_the_ray_this_process_started() -> None:
+    psutil = pytest.importorskip("psutil")
+    directory = os.path.dirname(ray.__file__)
+    # The session's cluster (ray.cluster_utils.Cluster) runs in children of this process.
+    rays = [
+        child
+        for child in psutil.Process().children()
+        if any(part.startswith(directory) for part in child.cmdline()[:3])
+    ]
+    assert rays
+    ray_bytes = sum(
+        process.memory_full_info().pss
+        for root in rays
+        for process in [root, *root.children(recursive=True)]
+    )
+    assert ray_bytes > 100 * 2**20
+    own = psutil.Process().memory_full_info().pss
+    with PeakMemory() as memory:
+        time.sleep(0.1)
+    assert memory.peak_bytes is not None
+    assert memory.peak_bytes < own + ray_bytes / 2
