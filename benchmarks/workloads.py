@@ -191,8 +191,8 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _peak_bytes(sampler: Any) -> int:
-    return sampler.peak_bytes or 0 if isinstance(sampler, PeakMemory) else 0
+def _peak_bytes(sampler: PeakMemory | None) -> int:
+    return 0 if sampler is None else sampler.peak_bytes or 0
 
 
 def run_epochs(
@@ -207,17 +207,17 @@ def run_epochs(
     ``peak_pss_mib`` is of this process and its child processes, sampled every
     :data:`SAMPLE_SECONDS` (with ``memory=False``, not measured: 0, for a benchmark that
     reports none, as each sample takes a millisecond or two of CPU); ``cpu_ms`` is the CPU
-    time per batch of this process and of the
-    child processes that ended (workers), from the loader's construction to its deletion: a
-    figure that other jobs on the machine move far less than the throughput.
+    time per batch of this process and of the child processes that ended (workers), from
+    the loader's construction to its deletion: a figure that other jobs on the machine move
+    far less than the throughput.
     """
     gc.collect()
     first: list[float] = []
     tails: list[float] = []
     epoch_seconds: list[float] = []
     epoch_batches: list[int] = []
-    sampler = PeakMemory(interval=SAMPLE_SECONDS) if memory else contextlib.nullcontext()
-    with sampler:
+    sampler = PeakMemory(interval=SAMPLE_SECONDS) if memory else None
+    with contextlib.nullcontext() if sampler is None else sampler:
         dataset_bytes = _peak_bytes(sampler)
         cpu_start = _cpu_seconds()
         start = perf_counter()

@@ -91,11 +91,17 @@ class PeakMemory(ClosesOnExit):
     def _processes(self) -> list[Any]:
         """This process and its descendants."""
         psutil = self._psutil
-        children = _child_pids(self._process.pid)
-        if children is None:
-            return [self._process, *self._process.children(recursive=True)]
-        found: list[Any] = [self._process]
         ray = _ray_directory()
+        children = _child_pids(self._process.pid)
+        if children is None:  # psutil lists them (slowly)
+            roots = [
+                child
+                for child in self._process.children()
+                if ray is None or not self._runs_from(child.pid, ray)
+            ]
+            below = [process for root in roots for process in root.children(recursive=True)]
+            return [self._process, *roots, *below]
+        found: list[Any] = [self._process]
         pending = [pid for pid in children if ray is None or not self._runs_from(pid, ray)]
         while pending:
             pid = pending.pop()

@@ -71,7 +71,7 @@ def reserve(options: RayOptions, num_workers: int) -> PlacementGroup | None:
 def wait_reserved(group: PlacementGroup | None, options: RayOptions, num_workers: int) -> None:
     """Wait until ``group`` (``None``: nothing to wait for) is placed. Raise
     ``RuntimeError`` after ``options.placement_timeout_s`` when the cluster cannot hold its
-    bundles, and remove it."""
+    bundles (the caller removes the group, with the actors it placed there)."""
     if group is None:
         return
     start = time.monotonic()
@@ -84,7 +84,6 @@ def wait_reserved(group: PlacementGroup | None, options: RayOptions, num_workers
             collected = True
             gc.collect()
         if time.monotonic() >= deadline:
-            release(group)
             raise RuntimeError(
                 f"num_workers={num_workers} Ray workers, each reserving {options.bundle()}, "
                 f"did not fit the Ray cluster within worker_options['placement_timeout_s']="
