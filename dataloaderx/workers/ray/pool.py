@@ -5,21 +5,18 @@ them, in waits of at most ``POLL_SECONDS`` that end once :meth:`RayWorkers.close
 called. A task's result names the worker it was sent to, whichever actor ran it, so the
 iterator's schedule (order, timeouts, errors) is the one thread workers have.
 
-A lost actor (its process or node died): its outstanding tasks go at once to actors that
-are ready, and a new actor for the same worker id and seed starts meanwhile; its tasks go
-elsewhere until it answers. A warning names the worker and the node. An iterable
-dataset's worker cannot be replaced (its position in its shard is lost with it): that is
-an error, as is a replacement past ``max_replacements``, a replacement that fails to
-start, and actors that do not start within ``placement_timeout_s`` while none is ready.
+A lost actor (its process or node died): its outstanding tasks are sent again at once,
+and its replacement starts meanwhile; :class:`~dataloaderx.workers.ray.recovery.Recovery`
+says whether it may be replaced and which actors run the tasks. A replacement that fails to
+start is an error, as are actors that do not start within ``placement_timeout_s`` while
+none is ready.
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
 import threading
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -31,9 +28,10 @@ from torch.utils.data.dataloader import _DatasetKind
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.workers.contract import Outcome, Result, WorkerPool, WorkerSetup
 from dataloaderx.workers.ray.actor import EpochSetup
-from dataloaderx.workers.ray.group import ActorGroup, ActorSlot, SlotState
+from dataloaderx.workers.ray.group import ActorGroup, SlotState
 from dataloaderx.workers.ray.heartbeat import Heartbeat
 from dataloaderx.workers.ray.options import RayOptions, parse_options
+from dataloaderx.workers.ray.recovery import Recovery, first_line
 from dataloaderx.workers.ray.transfer import prepare, unpack
 
 __all__ = ["RayWorkers"]
@@ -108,14 +106,14 @@ class RayWorkers(WorkerPool):
             self._give_back(group)
             raise
         self._group: ActorGroup = group
-        self._iterable = setup.dataset_kind == _DatasetKind.Iterable
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._phase = Phase.RUNNING  #: guarded by ``_lock``, as everything below
         self._epoch = 0
         self._pending: dict[Any, _Task] = {}
-        self._replacements = 0
-        self._turns = itertools.cycle(range(setup.num_workers))
+        self._recovery = Recovery(
+            group, self._options, iterable=setup.dataset_kind == _DatasetKind.Iterable
+        )
         self._heartbeat = Heartbeat(self._options.placement_timeout_s)
         for worker in range(setup.num_workers):
             self._start_epoch(worker, fresh=True)
@@ -212,20 +210,8 @@ class RayWorkers(WorkerPool):
             [self._setup_ref], [self._group.dataset_ref], self._setup.base_seed, fresh
         )
 
-    def _runner(self, worker: int) -> int:
-        """The worker whose actor runs a task of ``worker``: its own, unless it is being
-        replaced and another is ready."""
-        slots = self._group.slots
-        if slots[worker].state is not SlotState.REPLACING:
-            return worker
-        for _ in range(len(slots)):
-            other = next(self._turns)
-            if slots[other].state is SlotState.READY:
-                return other
-        return worker
-
     def _submit(self, task: _Task) -> None:
-        runner = self._runner(task.worker)
+        runner = self._recovery.runner(task.worker)
         slot = self._group.slots[runner]
         task = task._replace(runner=runner, generation=slot.generation)
         self._pending[slot.handle.fetch.remote(self._group.ticket(), task.indices)] = task
@@ -272,39 +258,15 @@ class RayWorkers(WorkerPool):
                 return
             slot = self._group.slots[task.runner]
             if slot.generation == task.generation:  # the first news of this loss
-                self._replace(task.runner, slot, cause)
+                self._recovery.lost(task.runner, slot, cause)
+                self._group.replace(task.runner)
+                self._start_epoch(task.runner, fresh=True)
             redo = [task]
             for ref, other in list(self._pending.items()):
                 if (other.runner, other.generation) == (task.runner, task.generation):
                     redo.append(self._pending.pop(ref))
             for lost in sorted(redo, key=lambda each: each.task):
                 self._submit(lost)
-
-    def _replace(self, worker: int, slot: ActorSlot, cause: BaseException) -> None:
-        reason = _first_line(cause)
-        if self._iterable:
-            raise RuntimeError(
-                f"DataLoader worker {worker} ({slot}) was lost: {reason}. An iterable "
-                "dataset's worker cannot be replaced (its place in its shard is lost with "
-                "it), so the epoch cannot complete; resume from a checkpoint, or use a "
-                "map-style dataset, whose batches a new worker can make again"
-            ) from cause
-        if self._replacements >= self._options.max_replacements:
-            raise RuntimeError(
-                f"DataLoader worker {worker} ({slot}) was lost: {reason}; "
-                f"{self._replacements} lost Ray actors were replaced already, "
-                f"worker_options['max_replacements']={self._options.max_replacements!r}; "
-                "check the cluster's nodes (memory, pre-emption), or raise max_replacements"
-            ) from cause
-        self._replacements += 1
-        warnings.warn(
-            f"dataloaderx: DataLoader worker {worker} ({slot}) was lost: {reason}; its "
-            "batches are made again by other workers while a new actor starts",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        self._group.replace(worker)
-        self._start_epoch(worker, fresh=True)
 
     def _started(self, worker: int, ping: Any) -> None:
         """Note the answer ``ping`` of ``worker``'s actor; raise if it could not start."""
@@ -316,7 +278,7 @@ class RayWorkers(WorkerPool):
                 if slot.ping is not ping:
                     return
             raise RuntimeError(
-                f"DataLoader worker {worker} ({slot}) could not start: {_first_line(exc)}; "
+                f"DataLoader worker {worker} ({slot}) could not start: {first_line(exc)}; "
                 "check worker_options (runtime_env, resources) and the cluster's logs"
             ) from exc
         with self._lock:
@@ -338,8 +300,3 @@ class RayWorkers(WorkerPool):
                 " s and no other worker is ready; check that the cluster is up and has "
                 "room for the actors"
             )
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"
