@@ -26,6 +26,7 @@ from dataloaderx import (
 from dataloaderx.backends.background import BackgroundBackend
 from dataloaderx.backends.sync import SyncBackend
 from dataloaderx.backends.thread import ThreadBackend
+from dataloaderx.workers import registry as worker_methods
 from tests.helpers import RangeDataset
 
 
@@ -193,3 +194,21 @@ def test_import_reads_no_entry_points() -> None:
 def test_public_names() -> None:
     for name in dataloaderx.__all__:
         assert hasattr(dataloaderx, name)
+
+
+def test_a_builtin_worker_method_reads_no_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[object] = []
+    real = importlib.metadata.entry_points
+
+    def recording(**params: Any) -> Any:
+        read.append(params.get("group"))
+        return real(**params)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", recording)
+    monkeypatch.setattr(worker_methods, "_scanned", False)
+    DataLoaderX(RangeDataset(4), batch_size=2, num_workers=1, worker_method="thread")
+    DataLoaderX(RangeDataset(4), batch_size=2, num_workers=1, worker_method="multiprocessing")
+    assert worker_methods.ENTRY_POINT_GROUP not in read
+    with pytest.raises(ValueError, match=r"one of 'multiprocessing', 'thread', 'ray'.*'threads'"):
+        DataLoaderX(RangeDataset(4), num_workers=1, worker_method="threads")
+    assert read.count(worker_methods.ENTRY_POINT_GROUP) == 1

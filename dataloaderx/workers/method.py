@@ -14,6 +14,7 @@ from dataloaderx.workers.registry import (
     MULTIPROCESSING,
     RAY,
     THREAD,
+    is_worker_method,
     pool_class,
     worker_method_names,
 )
@@ -51,13 +52,13 @@ def check_worker_method(
     dataset (each worker process would shard its own copy of the graph). Without workers,
     ``DataLoader``'s own checks apply.
     """
-    names = worker_method_names()
     if not isinstance(worker_method, str):
         raise TypeError(
-            f"worker_method must be one of {quoted(names)}, "
+            f"worker_method must be one of {quoted(worker_method_names())}, "
             f"got {worker_method!r} ({type(worker_method).__name__})"
         )
-    if worker_method not in names:
+    if not is_worker_method(worker_method):
+        names = worker_method_names()
         raise ValueError(
             f"worker_method must be one of {quoted(names)}, got {worker_method!r}"
             f"{did_you_mean(worker_method, names)}"

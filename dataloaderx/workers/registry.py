@@ -4,7 +4,8 @@
 are :class:`~dataloaderx.workers.contract.WorkerPool` classes, listed as ``"module:Class"``
 strings and imported on first use, so that ``import dataloaderx`` imports no Ray. Plugins
 declare ``name = "package.module:Class"`` in the entry-point group
-``dataloaderx.worker_methods``, read on the first lookup; built-in names win clashes.
+``dataloaderx.worker_methods``, read on the first lookup of a name that is not built in (or
+on the first listing); built-in names win clashes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "RAY",
     "THREAD",
     "WorkerMethodUnavailableError",
+    "is_worker_method",
     "pool_class",
     "worker_method_names",
 ]
@@ -51,10 +53,11 @@ _loaded: dict[str, type[WorkerPool]] = {}
 _scanned = False
 
 
-def _scan_plugins() -> None:
+def _scan_plugins(name: str | None = None) -> None:
+    """Read the plugins once; not for ``name`` if it is built in (a plugin cannot take it)."""
     global _scanned
     with _lock:
-        if _scanned:
+        if _scanned or name in _entries:
             return
         _scanned = True
         for entry_point in entry_points(ENTRY_POINT_GROUP):
@@ -69,6 +72,16 @@ def worker_method_names() -> tuple[str, ...]:
         return (MULTIPROCESSING, *_entries)
 
 
+def is_worker_method(name: str) -> bool:
+    """Whether ``name`` is a valid ``worker_method`` (the plugins are read only for a name
+    that is not built in)."""
+    if name == MULTIPROCESSING:
+        return True
+    _scan_plugins(name)
+    with _lock:
+        return name in _entries
+
+
 def _not_a_pool(name: str, target: str, loaded: object) -> NoReturn:
     raise WorkerMethodUnavailableError(
         f"worker_method={name!r} points at {target!r}, which is {loaded!r}, "
@@ -80,7 +93,7 @@ def pool_class(name: str) -> type[WorkerPool]:
     """The pool class of worker method ``name`` (a name :func:`worker_method_names` lists,
     other than ``"multiprocessing"``); raise :class:`WorkerMethodUnavailableError` if it
     cannot be imported, naming what to install."""
-    _scan_plugins()
+    _scan_plugins(name)
     with _lock:
         if name in _loaded:
             return _loaded[name]
