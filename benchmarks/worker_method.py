@@ -19,7 +19,7 @@ dataset, then builds the loader and iterates it for 2 epochs, and prints one JSO
 - batches per second over both epochs, start-up included (building the loader, forking);
 - time from ``iter(loader)`` to the first batch, in ms, of epoch 1 and of epoch 2 (the
   second shows what persistent workers save: no fork, no dataset hand-over);
-- peak PSS, in MiB, of the process plus its worker processes, sampled every 20 ms by a
+- peak PSS, in MiB, of the process plus its worker processes, sampled every 100 ms by a
   background thread (``workloads.run_epochs``, with ``psutil``); PSS splits each shared
   page between the processes that map it, so the sum is the memory the run really holds,
   the fair figure for copy-on-read. Shared-memory batches that no process maps at the
