@@ -30,10 +30,7 @@ from torch.utils.data import Dataset
 from dataloaderx.bench.tune.memory import PeakMemory
 
 MIB = 2**20
-#: Seconds between memory samples. A sample walks each process's page tables, holding its
-#: memory map's lock, so the loader's threads wait on their own allocations meanwhile: 20 ms
-#: apart, samples took about 11% of the batches/s of worker threads on torch ops (2
-#: cores), 100 ms apart about 1%.
+#: Seconds between memory samples (what a sample costs the run: ``PeakMemory``'s notes).
 SAMPLE_SECONDS = 0.1
 
 #: The workloads' names, as the benchmarks print them.
@@ -209,7 +206,7 @@ def run_epochs(
     ``for`` loop (a loader that waits for its workers there makes the training loop wait);
     ``peak_pss_mib`` is of this process and its child processes, sampled every
     :data:`SAMPLE_SECONDS` (with ``memory=False``, not measured: 0, for a benchmark that
-    reports none: see :data:`SAMPLE_SECONDS` for what a sample costs); ``cpu_ms`` is the CPU
+    reports none, as each sample slows the run a little); ``cpu_ms`` is the CPU
     time per batch of this process and of the child processes that ended (workers), from
     the loader's construction to its deletion: a figure that other jobs on the machine move
     far less than the throughput.
