@@ -99,14 +99,12 @@ class PeakMemory(ClosesOnExit):
         children = _child_pids(self._process.pid)
         if children is None:  # psutil lists them (slowly)
             roots = [
-                child
-                for child in self._process.children()
-                if ray is None or not self._runs_from(child.pid, ray)
+                child for child in self._process.children() if not self._runs_from(child.pid, ray)
             ]
             below = [process for root in roots for process in root.children(recursive=True)]
             return [self._process, *roots, *below]
         found: list[Any] = [self._process]
-        pending = [pid for pid in children if ray is None or not self._runs_from(pid, ray)]
+        pending = [pid for pid in children if not self._runs_from(pid, ray)]
         while pending:
             pid = pending.pop()
             process = self._known.get(pid)
@@ -119,9 +117,12 @@ class PeakMemory(ClosesOnExit):
             pending.extend(_child_pids(pid) or ())
         return found
 
-    def _runs_from(self, pid: int, directory: str) -> bool:
-        """Whether the child ``pid`` runs a program from ``directory``: its executable or
-        script, among the first words of its command line (asked once)."""
+    def _runs_from(self, pid: int, directory: str | None) -> bool:
+        """Whether the child ``pid`` runs a program from ``directory`` (``None``: none
+        does): its executable or script, among the first words of its command line (asked
+        once)."""
+        if directory is None:
+            return False
         known = self._ray_children.get(pid)
         if known is None:
             try:
