@@ -28,7 +28,7 @@ __all__ = ["BackgroundBackend"]
 
 T = TypeVar("T")
 
-#: Queue items: ``(True, (envelope, bytes))`` each, then ``(False, StopIteration or error)``.
+#: Queue items: ``(True, [envelope, bytes])`` each, then ``(False, StopIteration or error)``.
 _Queued = tuple[bool, Any]
 
 
@@ -46,7 +46,10 @@ class _Gate:
         self.room_waits = 0
         self.byte_waits = 0
 
-    def __iter__(self) -> Iterator[tuple[Envelope, int]]:
+    def __iter__(self) -> Iterator[list[Any]]:
+        """Each envelope with its bytes, in a list that the loop empties: a frame of this thread
+        that outlives it (Python 3.12 keeps a finished generator's callers, locals and all,
+        reachable from an error's traceback) must not hold the error it handed over."""
         while not self.ready.wait(POLL_SECONDS):
             if self._stop.is_set():
                 return
@@ -54,7 +57,8 @@ class _Gate:
             size = batch_bytes(envelope[1]) if envelope[0] == ITEM else 0
             if not self._admit(size):
                 return
-            yield envelope, size
+            yield [envelope, size]
+            del envelope
 
     def _admit(self, size: int) -> bool:
         pending: Any = self.pending  # set before ``ready``
@@ -112,7 +116,8 @@ class _QueueBuffer(Buffer):
                 ) from None
         if not ok:  # BackgroundGenerator's own end marker, or an error from its thread
             return (END, None, None) if payload is StopIteration else (FATAL, payload, None)
-        envelope, size = payload
+        size = payload.pop()
+        envelope = payload.pop()
         pending, gate = self._pending, self._gate
         with pending.mutex:
             gate.budget.remove(size)
