@@ -218,6 +218,13 @@ def assert_same(actual: Any, expected: Any, path: str = "batch") -> None:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
 
+def user_warnings(records: list[warnings.WarningMessage]) -> list[str]:
+    """The messages of the ``UserWarning``s among ``records``: a loader's own warnings. Python
+    3.12 adds a ``DeprecationWarning`` to every fork of a process that runs several threads
+    (torch's intra-op threads included), whichever loader forks: those are left out."""
+    return [str(w.message) for w in records if w.category is UserWarning]
+
+
 Event = tuple[str, Any, Any]
 
 

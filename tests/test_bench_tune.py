@@ -24,6 +24,7 @@ from dataloaderx.bench.plot import pyplot
 from dataloaderx.bench.runner import BASELINE
 from dataloaderx.bench.tune import plot as tune_plot
 from dataloaderx.bench.tune import report
+from dataloaderx.bench.tune import tuner as tuner_module
 from dataloaderx.bench.tune.cluster import RayCluster
 from dataloaderx.bench.tune.grid import Grid, Setting, thread_counts, worker_counts
 from dataloaderx.bench.tune.measure import (
@@ -274,6 +275,25 @@ def test_thread_counts_double_up_to_twice_the_cores() -> None:
     assert thread_counts(2, include=3) == [0, 1, 2, 3, 4]
 
 
+@pytest.fixture
+def cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TuneConfig.grid()`` as on a machine without an accelerator (no ``pin_memory``)."""
+    monkeypatch.setattr(tuner_module, "accelerator", lambda: None)
+
+
+def test_with_an_accelerator_every_setting_is_tried_with_pin_memory_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tuner_module, "accelerator", lambda: torch.device("cuda"))
+    grid = TuneConfig(Workload(RangeDataset(8), print, 4, 2), ("sync",), cores=2).grid()
+    settings_ = grid.settings(2, THREAD)
+    assert settings_ == [
+        Setting(2, "sync", worker_method=THREAD),
+        Setting(2, "sync", worker_method=THREAD, pin_memory=True),
+    ]
+
+
+@pytest.mark.usefixtures("cpu_only")
 def test_the_grid_tries_threads_with_workers_only_and_past_the_cores_for_threads_only() -> None:
     config = TuneConfig(Workload(RangeDataset(8), print, 4, 2), ("sync", "thread"), cores=2)
     grid = config.grid()
@@ -316,6 +336,7 @@ def test_a_setting_names_its_worker_method_in_label_and_kwargs() -> None:
         Setting(2, BASELINE, worker_method=RAY)
 
 
+@pytest.mark.usefixtures("cpu_only")
 def test_with_a_ray_cluster_ray_workers_climb_to_its_cpus_past_this_machines() -> None:
     cluster = RayCluster(cpus=12, nodes=3, machine_cpus=2)
     workload = Workload(RangeDataset(8), print, 4, 2)
@@ -472,7 +493,9 @@ def test_the_answer_reads_well_when_worker_threads_win() -> None:
     }
 
 
-def test_the_report_gives_the_ray_cluster_beside_this_machine_and_the_actors_start_up() -> None:
+def ray_result() -> TuneResult:
+    """A sweep with Ray actors (the leader, 2.5 s to start) and worker threads on a cluster
+    of 8 CPUs on 3 nodes, seen from a 2-CPU machine."""
     actors, threads = (
         Setting(4, "sync", worker_method=RAY),
         Setting(2, "sync", worker_method=THREAD),
@@ -491,7 +514,12 @@ def test_the_report_gives_the_ray_cluster_beside_this_machine_and_the_actors_sta
     )
     cluster = RayCluster(cpus=8, nodes=3, machine_cpus=2)
     config = TuneConfig(Workload(RangeDataset(8), print, 4, 2), ("sync",), cores=2, ray=cluster)
-    table = report.as_table(TuneResult(config, config.grid(), Ceiling(50.0, 0.02, 10), sweep, OWN))
+    return TuneResult(config, config.grid(), Ceiling(50.0, 0.02, 10), sweep, OWN)
+
+
+@pytest.mark.usefixtures("cpu_only")
+def test_the_report_gives_the_ray_cluster_beside_this_machine_and_the_actors_start_up() -> None:
+    table = report.as_table(ray_result())
     lines = table.splitlines()
     assert "num_workers tried: 0 (processes); 0, 2 (threads); 0, 4 (Ray actors)" in table
     assert lines[2].startswith(
@@ -506,17 +534,22 @@ def test_the_report_gives_the_ray_cluster_beside_this_machine_and_the_actors_sta
         "its Ray actors took 2.5 s to start (once per loader: they are kept between epochs)"
         in lines
     )
-    result = TuneResult(config, config.grid(), Ceiling(50.0, 0.02, 10), sweep, OWN)
-    document = json.loads(report.as_json(result))
+    document = json.loads(report.as_json(ray_result()))
     assert document["recommendation"]["ray_cluster"] == {"cpus": 8, "nodes": 3, "machine_cpus": 2}
     assert [row["actors_start_ms"] for row in document["results"]] == [2500.0, None, None]
+    without = report.as_table(made_result({OWN: [(20.0, 0.02)]}))
+    assert "Ray" not in without
+    assert "actors start ms" not in without
+
+
+@pytest.mark.usefixtures("cpu_only")
+def test_a_recommendation_of_ray_actors_builds_its_loader() -> None:
+    pytest.importorskip("ray", reason="ray is not installed: pip install 'dataloaderx[ray]'")
+    document = json.loads(report.as_json(ray_result()))
     loader = DataLoaderX.from_config(
         RangeDataset(8), yaml.safe_load(document["recommendation"]["yaml"])
     )
     assert (loader.worker_method, loader.num_workers, loader.batch_size) == ("ray", 4, 4)
-    without = report.as_table(made_result({OWN: [(20.0, 0.02)]}))
-    assert "Ray" not in without
-    assert "actors start ms" not in without
 
 
 def test_the_plot_has_a_line_per_worker_method_and_whole_number_ticks() -> None:

@@ -31,6 +31,7 @@ from tests.helpers import (
     failing_collate,
     run_events,
     running_producer,
+    user_warnings,
     wait_for,
     wait_until_clean,
     wait_until_made_ahead,
@@ -397,8 +398,7 @@ def test_pin_memory_behaves_like_dataloader(backend: str, num_workers: int) -> N
         warnings.simplefilter("always")
         actual = list(loader)
     assert_same(actual, expected)
-    assert [w.category for w in actual_warnings] == [w.category for w in expected_warnings]
-    assert [str(w.message) for w in actual_warnings] == [str(w.message) for w in expected_warnings]
+    assert user_warnings(actual_warnings) == user_warnings(expected_warnings)
     assert loader.pin_memory
     if torch.cuda.is_available() and not loader.prefetch_backend.pins_host_memory():
         assert all(batch.is_pinned() or batch.device.type != "cpu" for batch in actual)

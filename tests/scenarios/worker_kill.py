@@ -47,7 +47,7 @@ def main(backend: str) -> None:
     ours = error_after_kill(slow(DataLoaderX, backend=backend))
     fresh = DataLoaderX(RangeDataset(10), batch_size=3, num_workers=2, backend=backend)
     expected = list(DataLoader(RangeDataset(10), batch_size=3))
-    works = all(torch.equal(a, b) for a, b in zip(list(fresh), expected, strict=True))
+    works = all(torch.equal(a.cpu(), b) for a, b in zip(list(fresh), expected, strict=True))
     print(json.dumps({"reference": reference, "ours": ours, "next_loader_works": works}))
 
 
