@@ -20,8 +20,10 @@ Scenarios: ``pinned`` (whole 38.5 MB uint8 batches from a ring of pinned host bu
 step = 4x the copy), ``workers`` (a sample-level dataset, uint8 3x224x224 + label,
 batch 128, ``num_workers=4``, collated in the workers), ``inline`` (the same dataset,
 ``num_workers=0``), ``tiny`` (2,000 pinned 64x64 batches, no step); plus ``bandwidth``
-(no step: raw pinned ``copy_``, ``cuda`` from pinned and from pageable batches) and
-``memory`` (pinned staging memory held over 10 epochs).
+(no step: raw pinned ``copy_``; ``cuda`` from pinned and from pageable batches; ``cuda``
+from pageable batches made by 4 worker processes and by 4 worker threads, where the copy
+thread pins them with whatever intra-op count it was left, each with ``pin_memory`` off
+and on) and ``memory`` (pinned staging memory held over 10 epochs).
 
 Usage: ``python benchmarks/gpu_h2d.py [--scenarios workers,tiny] [--json out.json]``.
 """
@@ -185,7 +187,7 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
 
     scenario, pattern = spec["scenario"], spec["pattern"]
     if scenario == "bandwidth":
-        return bandwidth_child(pattern, spec["epochs"])
+        return bandwidth_child(pattern, spec["epochs"], spec["pin_memory"])
     if scenario == "memory":
         return memory_child(spec["epochs"])
     dataset, kwargs, step_ms = scenario_setup(scenario, spec["pin_memory"])
@@ -218,7 +220,11 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return {"step_ms": statistics.median(times[1:]), "epochs_ms": times[1:]}
 
 
-def bandwidth_child(pattern: str, epochs: int) -> dict[str, Any]:
+#: Bandwidth patterns: the worker method that makes the (pageable) batches, if any.
+OVER_WORKERS = {"over_processes": "multiprocessing", "over_threads": "thread"}
+
+
+def bandwidth_child(pattern: str, epochs: int, pin_memory: bool) -> dict[str, Any]:
     from dataloaderx import DataLoaderX
 
     shape = (256, 3, 224, 224)
@@ -226,7 +232,11 @@ def bandwidth_child(pattern: str, epochs: int) -> dict[str, Any]:
     if pattern == "raw":
         return {"gbps": raw_bandwidth(nbytes, 50)}
     dataset = RingDataset(60, shape, torch.uint8, pinned=pattern == "cuda_pinned")
-    loader = DataLoaderX(dataset, batch_size=None, backend="cuda")
+    workers: dict[str, Any] = {}
+    if pattern in OVER_WORKERS:
+        workers = {"num_workers": 4, "persistent_workers": True}
+        workers["worker_method"] = OVER_WORKERS[pattern]
+    loader = DataLoaderX(dataset, batch_size=None, backend="cuda", pin_memory=pin_memory, **workers)
     rates = []
     for _ in range(epochs + 1):
         torch.cuda.synchronize()
@@ -321,6 +331,8 @@ def combinations(scenario: str, epochs: int) -> Iterator[dict[str, Any]]:
     if scenario == "bandwidth":
         for pattern in ("raw", "cuda_pinned", "cuda_pageable"):
             yield {**base, "pattern": pattern, "pin_memory": False}
+        for pattern, pin_memory in itertools.product(OVER_WORKERS, (False, True)):
+            yield {**base, "pattern": pattern, "pin_memory": pin_memory}
         return
     if scenario == "memory":
         yield {**base, "pattern": "cuda", "pin_memory": False}
@@ -363,7 +375,8 @@ def print_tables(results: list[dict[str, Any]]) -> None:
         print(f"| {scenario} | {threads} | " + " | ".join(cells) + f" | {vs_peer} | {vs_compute} |")
     for r in results:
         if "gbps" in r:
-            print(f"bandwidth {r['pattern']:14s} {r['threads']:8s} {r['gbps']:7.2f} GB/s")
+            pin = " pin_memory" if r["pin_memory"] else ""
+            print(f"bandwidth {r['pattern'] + pin:25s} {r['threads']:8s} {r['gbps']:7.2f} GB/s")
         if "peak_batches" in r:
             peaks = ", ".join(f"{p:.2f}" for p in r["peak_batches"])
             print(

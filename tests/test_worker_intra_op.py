@@ -53,6 +53,20 @@ def test_worker_threads_run_one_intra_op_thread_and_no_other_thread_sees_it(
         assert any(name != "MainThread" for name, _ in report["sampler"])
 
 
+@pytest.mark.cuda
+@per_thread
+def test_the_cuda_backends_copy_thread_keeps_the_process_count() -> None:
+    """The thread that copies batches to the GPU, started after the worker threads took one
+    intra-op thread each, pins and copies with the process's count, as over processes."""
+    report = counts("cuda")
+    if report["process"] == 1:
+        pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
+    assert_only_the_workers_changed(report, 1)
+    assert len(report["copier"]) == 16
+    assert {count for _, count in report["copier"]} == {report["process"]}
+    assert all(name != "MainThread" for name, _ in report["copier"])
+
+
 @per_thread
 def test_a_count_the_user_set_stays_the_loops_and_later_threads() -> None:
     report = counts("thread", "--process", "3")

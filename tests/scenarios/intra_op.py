@@ -63,9 +63,17 @@ def main(backend: str, process_count: int | None, init_count: int | None) -> Non
     if process_count is not None:
         torch.set_num_threads(process_count)
     sampler = RecordingSampler()
+    copier: list[tuple[str, int]] = []
+
+    def record_copier(batch: torch.Tensor) -> torch.Tensor:
+        copier.append((threading.current_thread().name, torch.get_num_threads()))
+        return batch
+
     options: dict[str, Any] = {"name": backend}
-    if backend == "thread":
-        options["adaptive"] = False  # a producer thread draws the later indices
+    if backend in ("thread", "cuda"):
+        options["adaptive"] = False  # a producer thread draws the later indices (and copies)
+    if backend == "cuda":
+        options["transform"] = record_copier
     init = None if init_count is None else (lambda _: torch.set_num_threads(init_count))
     loader = DataLoaderX(
         Counts(),
@@ -85,6 +93,7 @@ def main(backend: str, process_count: int | None, init_count: int | None) -> Non
     report["loop_after"] = torch.get_num_threads()
     report["new_thread_after"] = new_thread_count()
     report["sampler"] = sampler.seen
+    report["copier"] = copier
     print(json.dumps(report), flush=True)
 
 
