@@ -85,8 +85,10 @@ def install() -> None:
                 f"the module global _worker_info, and this torch ({torch.__version__}) "
                 "defines it otherwise; use worker_method='multiprocessing'"
             )
-        # Imported here, in the loop's thread before any worker starts: a first import in a
-        # worker thread holds the GIL for about 10 ms while the first batches are made.
+        # Imported here, in the loop's thread before any worker starts (5-6 ms, once per
+        # process), never in a worker thread: a worker process forked meanwhile (another
+        # loader's) would wait forever on the module's import lock when it seeds numpy
+        # (docs/design.md, "Forking while a producer runs").
         importlib.import_module("numpy.random")
         vars(torch_worker)[_GLOBAL_NAME] = _calling_thread_info
         renamed = {"co_name": original.co_name}
