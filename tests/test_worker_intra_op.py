@@ -11,13 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
 
 import dataloaderx.workers.intra_op as intra_op
-from dataloaderx import DataLoaderX
-from tests.helpers import RangeDataset
 from tests.reliability_support import scenario_report
-from tests.scenarios.intra_op import new_thread_count
 
 #: Whether worker threads can have an intra-op count of their own here.
 PER_THREAD = intra_op.one_intra_op_thread() is not None
@@ -81,25 +77,12 @@ def test_a_worker_init_fn_that_sets_a_count_wins() -> None:
     assert report["workers"] == [3] * 32
 
 
-def test_without_an_openmp_runtime_workers_keep_the_process_count(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    intra_op.one_intra_op_thread.cache_clear()
-    monkeypatch.setattr(intra_op, "_loaded_runtime", lambda: None)
-    try:
-        assert intra_op.one_intra_op_thread() is None
-
-        class Count(RangeDataset):
-            def __getitem__(self, index: int) -> torch.Tensor:
-                return torch.tensor(torch.get_num_threads())
-
-        loader = DataLoaderX(Count(4), batch_size=1, num_workers=2, worker_method="thread")
-        process = new_thread_count()
-        if process == 1:
-            pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
-        assert [int(batch) for batch in loader] == [process] * 4
-    finally:
-        intra_op.one_intra_op_thread.cache_clear()
+def test_without_an_openmp_runtime_workers_keep_the_process_count() -> None:
+    report = counts("sync", "--no-runtime")
+    assert report["per_thread"] is False
+    if report["process"] == 1:
+        pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
+    assert report["workers"] == [report["process"]] * 32
 
 
 @pytest.mark.parametrize(("follows", "calls"), [(True, [1]), (False, [1, 4])])

@@ -1,7 +1,8 @@
 """Which intra-op thread count each thread of a loader with worker threads sees; report it.
 
-Usage: intra_op.py BACKEND [--process N] [--init N]. With ``--process``, the loop's thread
-calls ``torch.set_num_threads(N)`` first; with ``--init``, ``worker_init_fn`` does. One
+Usage: intra_op.py BACKEND [--process N] [--init N] [--no-runtime]. With ``--process``, the
+loop's thread calls ``torch.set_num_threads(N)`` first; with ``--init``, ``worker_init_fn``
+does; with ``--no-runtime``, no OpenMP runtime is found (as on macOS and Windows). One
 epoch of 16 batches of 2 items from 2 worker threads: each item records its worker
 thread's count; the sampler records the count of each thread that draws indices from it
 (the loop's, then a prefetching backend's producer); the loop records its own count and
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Sampler
 
+import dataloaderx.workers.intra_op as intra_op
 from dataloaderx import DataLoaderX
 
 ITEMS = 32
@@ -59,9 +61,11 @@ def new_thread_count() -> int:
     return found[0]
 
 
-def main(backend: str, process_count: int | None, init_count: int | None) -> None:
+def main(backend: str, process_count: int | None, init_count: int | None, no_runtime: bool) -> None:
     if process_count is not None:
         torch.set_num_threads(process_count)
+    if no_runtime:
+        intra_op._loaded_runtime = lambda: None
     sampler = RecordingSampler()
     copier: list[tuple[str, int]] = []
 
@@ -84,7 +88,11 @@ def main(backend: str, process_count: int | None, init_count: int | None) -> Non
         worker_init_fn=init,
         backend=options,
     )
-    report: dict[str, Any] = {"process": torch.get_num_threads(), "workers": []}
+    report: dict[str, Any] = {
+        "process": torch.get_num_threads(),
+        "workers": [],
+        "per_thread": intra_op.one_intra_op_thread() is not None,
+    }
     for number, batch in enumerate(loader):
         report["workers"] += batch[:, 1].tolist()
         if number == 0:
@@ -102,5 +110,6 @@ if __name__ == "__main__":
     parser.add_argument("backend")
     parser.add_argument("--process", type=int, default=None)
     parser.add_argument("--init", type=int, default=None)
+    parser.add_argument("--no-runtime", action="store_true")
     args = parser.parse_args()
-    main(args.backend, args.process, args.init)
+    main(args.backend, args.process, args.init, args.no_runtime)
