@@ -234,8 +234,8 @@ def bandwidth_child(pattern: str, epochs: int, pin_memory: bool) -> dict[str, An
     dataset = RingDataset(60, shape, torch.uint8, pinned=pattern == "cuda_pinned")
     workers: dict[str, Any] = {}
     if pattern in OVER_WORKERS:
-        workers = {"num_workers": 4, "persistent_workers": True}
-        workers["worker_method"] = OVER_WORKERS[pattern]
+        method = OVER_WORKERS[pattern]
+        workers = {"num_workers": 4, "persistent_workers": True, "worker_method": method}
     loader = DataLoaderX(dataset, batch_size=None, backend="cuda", pin_memory=pin_memory, **workers)
     rates = []
     for _ in range(epochs + 1):

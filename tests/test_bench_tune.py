@@ -519,7 +519,8 @@ def ray_result() -> TuneResult:
 
 @pytest.mark.usefixtures("cpu_only")
 def test_the_report_gives_the_ray_cluster_beside_this_machine_and_the_actors_start_up() -> None:
-    table = report.as_table(ray_result())
+    result = ray_result()
+    table = report.as_table(result)
     lines = table.splitlines()
     assert "num_workers tried: 0 (processes); 0, 2 (threads); 0, 4 (Ray actors)" in table
     assert lines[2].startswith(
@@ -534,7 +535,7 @@ def test_the_report_gives_the_ray_cluster_beside_this_machine_and_the_actors_sta
         "its Ray actors took 2.5 s to start (once per loader: they are kept between epochs)"
         in lines
     )
-    document = json.loads(report.as_json(ray_result()))
+    document = json.loads(report.as_json(result))
     assert document["recommendation"]["ray_cluster"] == {"cpus": 8, "nodes": 3, "machine_cpus": 2}
     assert [row["actors_start_ms"] for row in document["results"]] == [2500.0, None, None]
     without = report.as_table(made_result({OWN: [(20.0, 0.02)]}))

@@ -59,7 +59,9 @@ pytestmark = [
 THREADS = {"worker_method": "thread"}
 #: Whether this torch's ``WorkerInfo`` has the fields of thread workers, ``rng`` and
 #: ``worker_method`` (2.13 has them, 2.11 has not).
-HAS_THREAD_FIELDS = "rng" in getattr(torch_worker.WorkerInfo, "__dataclass_fields__", {})
+HAS_THREAD_FIELDS = (
+    set(getattr(torch_worker.WorkerInfo, "__dataclass_fields__", {})) >= info_module._THREAD_FIELDS
+)
 
 
 class WhoMadeIt(Dataset[torch.Tensor]):

@@ -28,6 +28,15 @@ def counts(backend: str, *options: str) -> dict[str, Any]:
     return scenario_report("intra_op.py", [backend, *options], TIMEOUT)
 
 
+def counts_apart(backend: str, *options: str) -> dict[str, Any]:
+    """:func:`counts`, skipped where the process runs one intra-op thread: a worker's count of
+    one would then tell nothing apart."""
+    report = counts(backend, *options)
+    if report["process"] == 1:
+        pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
+    return report
+
+
 def assert_only_the_workers_changed(report: dict[str, Any], workers: int) -> None:
     process = report["process"]
     assert report["workers"] == [workers] * 32
@@ -41,9 +50,7 @@ def assert_only_the_workers_changed(report: dict[str, Any], workers: int) -> Non
 def test_worker_threads_run_one_intra_op_thread_and_no_other_thread_sees_it(
     backend: str,
 ) -> None:
-    report = counts(backend)
-    if report["process"] == 1:
-        pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
+    report = counts_apart(backend)
     assert_only_the_workers_changed(report, 1)
     if backend == "thread":  # the producer drew the later indices, with the process's count
         assert any(name != "MainThread" for name, _ in report["sampler"])
@@ -54,9 +61,7 @@ def test_worker_threads_run_one_intra_op_thread_and_no_other_thread_sees_it(
 def test_the_cuda_backends_copy_thread_keeps_the_process_count() -> None:
     """The thread that copies batches to the GPU, started after the worker threads took one
     intra-op thread each, pins and copies with the process's count, as over processes."""
-    report = counts("cuda")
-    if report["process"] == 1:
-        pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
+    report = counts_apart("cuda")
     assert_only_the_workers_changed(report, 1)
     assert len(report["copier"]) == 16
     assert {count for _, count in report["copier"]} == {report["process"]}
@@ -78,10 +83,8 @@ def test_a_worker_init_fn_that_sets_a_count_wins() -> None:
 
 
 def test_without_an_openmp_runtime_workers_keep_the_process_count() -> None:
-    report = counts("sync", "--no-runtime")
+    report = counts_apart("sync", "--no-runtime")
     assert report["per_thread"] is False
-    if report["process"] == 1:
-        pytest.skip("the process runs one intra-op thread already: nothing to tell apart")
     assert report["workers"] == [report["process"]] * 32
 
 
