@@ -224,6 +224,20 @@ def test_worker_info_in_worker_threads_and_none_in_the_loop(backend: str) -> Non
         assert info.seed - worker == infos[0].seed  # base seed + worker id
 
 
+def fresh_python(script: str) -> str:
+    """What ``script`` prints in a new Python at the repository's root (it must succeed)."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def test_get_worker_info_imported_before_the_package_sees_worker_threads() -> None:
     script = (
         "from torch.utils.data import get_worker_info as early\n"
@@ -235,16 +249,70 @@ def test_get_worker_info_imported_before_the_package_sees_worker_threads() -> No
         "ids = [int(b) for b in DataLoaderX(D(), num_workers=2, worker_method='thread')]\n"
         "print(ids, early())\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-        check=False,
+    assert fresh_python(script) == "[0, 1, 0, 1] None"
+
+
+@pytest.mark.skipif(not HAS_THREAD_FIELDS, reason="this torch's WorkerInfo has no rng field")
+def test_the_numpy_generator_is_made_when_first_read() -> None:
+    # In a fresh process: numpy.random is imported by the test session already.
+    script = (
+        "import sys, threading\n"
+        "from torch.utils.data import Dataset, get_worker_info\n"
+        "from dataloaderx import DataLoaderX\n"
+        "seen = []\n"
+        "class D(Dataset):\n"
+        "    read = False\n"
+        "    def __len__(self): return 8\n"
+        "    def __getitem__(self, i):\n"
+        "        if self.read:\n"
+        "            rng = get_worker_info().rng\n"
+        "            seen.append((type(rng.numpy_generator).__name__,\n"
+        "                         rng.numpy_generator is rng.numpy_generator))\n"
+        "        return i\n"
+        "loader = DataLoaderX(D(), batch_size=4, num_workers=2, worker_method='thread')\n"
+        "assert len(list(loader)) == 2\n"
+        "before = 'numpy.random' in sys.modules\n"
+        "D.read = True\n"
+        "assert len(list(loader)) == 2\n"
+        "print(before, sorted(set(seen)), len(seen))\n"
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[0, 1, 0, 1] None"
+    assert fresh_python(script) == "False [('RandomState', True)] 8"
+
+
+@pytest.mark.skipif(not HAS_THREAD_FIELDS, reason="this torch's WorkerInfo has no rng field")
+def test_a_fork_waits_for_the_numpy_generators_import() -> None:
+    # A worker thread's first read imports numpy.random, slowed here to a second. A fork in
+    # the middle of that import would leave the child's numpy.random import lock held by a
+    # thread the child does not have: the child's own import would wait forever.
+    script = (
+        "import importlib.abc, os, sys, threading, time\n"
+        "from dataloaderx.workers.info import worker_info\n"
+        "importing = threading.Event()\n"
+        "class Slow(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'numpy.random':\n"
+        "            importing.set()\n"
+        "            time.sleep(1.0)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Slow())\n"
+        "info = worker_info([], 0, 1, 123)\n"
+        "reader = threading.Thread(target=lambda: info.rng.numpy_generator)\n"
+        "reader.start()\n"
+        "assert importing.wait(60)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    import numpy.random\n"
+        "    os._exit(0)\n"
+        "deadline = time.monotonic() + 30\n"
+        "while not os.waitpid(pid, os.WNOHANG)[0]:\n"
+        "    if time.monotonic() > deadline:\n"
+        "        os.kill(pid, 9)\n"
+        "        sys.exit('the forked child hung on numpy.random')\n"
+        "    time.sleep(0.02)\n"
+        "reader.join()\n"
+        "print(type(info.rng.numpy_generator).__name__)\n"
+    )
+    assert fresh_python(script) == "RandomState"
 
 
 def test_worker_processes_still_see_their_own_info_after_threads_ran() -> None:

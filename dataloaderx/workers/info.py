@@ -21,13 +21,11 @@ about twice as slow (``docs/thread-workers.md``).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import random
 import sys
 import threading
 from typing import Any, Final
 
-import numpy
 import torch
 from torch.utils.data import Dataset
 from torch.utils.data._utils import collate as torch_collate
@@ -85,11 +83,6 @@ def install() -> None:
                 f"the module global _worker_info, and this torch ({torch.__version__}) "
                 "defines it otherwise; use worker_method='multiprocessing'"
             )
-        # Imported here, in the loop's thread before any worker starts (5-6 ms, once per
-        # process), never in a worker thread: a worker process forked meanwhile (another
-        # loader's) would wait forever on the module's import lock when it seeds numpy
-        # (docs/design.md, "Forking while a producer runs").
-        importlib.import_module("numpy.random")
         vars(torch_worker)[_GLOBAL_NAME] = _calling_thread_info
         renamed = {"co_name": original.co_name}
         if sys.version_info >= (3, 11):
@@ -135,11 +128,13 @@ def worker_info(
         else set()
     )
     if names >= _THREAD_FIELDS:
+        from dataloaderx.workers.worker_rng import NumpySeed, WorkerRNG  # torch has _RNG
+
         numpy_seed = torch_worker._generate_state(base_seed, worker_id)  # type: ignore[no-untyped-call]
-        fields["rng"] = torch_worker._RNG(
+        fields["rng"] = WorkerRNG(
             random_generator=random.Random(seed),
             torch_generator=torch.Generator().manual_seed(seed),
-            numpy_generator=numpy.random.RandomState(numpy_seed),
+            numpy_generator=NumpySeed(numpy_seed),
         )
         fields["worker_method"] = method
     return torch_worker.WorkerInfo(**fields)
