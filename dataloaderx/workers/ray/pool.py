@@ -112,7 +112,9 @@ class RayWorkers(WorkerPool):
         self._epoch = 0
         self._pending: dict[Any, _Task] = {}
         self._recovery = Recovery(
-            group, self._options, iterable=setup.dataset_kind == _DatasetKind.Iterable
+            group,
+            max_replacements=self._options.max_replacements,
+            iterable=setup.dataset_kind == _DatasetKind.Iterable,
         )
         self._heartbeat = Heartbeat(self._options.placement_timeout_s)
         for worker in range(setup.num_workers):

@@ -13,7 +13,6 @@ import itertools
 import warnings
 
 from dataloaderx.workers.ray.group import ActorGroup, ActorSlot, SlotState
-from dataloaderx.workers.ray.options import RayOptions
 
 __all__ = ["Recovery", "first_line"]
 
@@ -21,9 +20,9 @@ __all__ = ["Recovery", "first_line"]
 class Recovery:
     """The lost-actor policy of one iterator over ``group``; the caller serialises calls."""
 
-    def __init__(self, group: ActorGroup, options: RayOptions, iterable: bool) -> None:
+    def __init__(self, group: ActorGroup, *, max_replacements: int, iterable: bool) -> None:
         self._group = group
-        self._options = options
+        self._max_replacements = max_replacements
         self._iterable = iterable
         self._replacements = 0
         self._turns = itertools.cycle(range(group.num_workers))
@@ -51,11 +50,11 @@ class Recovery:
                 "it), so the epoch cannot complete; resume from a checkpoint, or use a "
                 "map-style dataset, whose batches a new worker can make again"
             ) from cause
-        if self._replacements >= self._options.max_replacements:
+        if self._replacements >= self._max_replacements:
             raise RuntimeError(
                 f"DataLoader worker {worker} ({slot}) was lost: {reason}; "
                 f"{self._replacements} lost Ray actors were replaced already, "
-                f"worker_options['max_replacements']={self._options.max_replacements!r}; "
+                f"worker_options['max_replacements']={self._max_replacements!r}; "
                 "check the cluster's nodes (memory, pre-emption), or raise max_replacements"
             ) from cause
         self._replacements += 1
