@@ -10,8 +10,6 @@ from __future__ import annotations
 import gc
 import random
 import re
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -45,10 +43,10 @@ from tests.helpers import (
     assert_same,
     failing_collate,
     run_events,
+    run_python_without_session_ray,
     user_warnings,
     wait_until_clean,
 )
-from tests.reliability_support import REPO_ROOT
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -226,14 +224,7 @@ def test_worker_info_in_worker_threads_and_none_in_the_loop(backend: str) -> Non
 
 def fresh_python(script: str) -> str:
     """What ``script`` prints in a new Python at the repository's root (it must succeed)."""
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-        check=False,
-    )
+    result = run_python_without_session_ray(script, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
