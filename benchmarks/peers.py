@@ -13,8 +13,10 @@ as its items are a hundred times cheaper), on these loaders, each used as its do
 - ``SPDL``: SPDL's pipeline (``PipelineBuilder``): the batch sampler as its source, one
   ``pipe`` that fetches and collates a batch with ``concurrency`` = the worker count, in
   input order, on a thread pool of that size; one pipeline per epoch;
-- ``dataloaderx threads`` and ``dataloaderx processes``: ``DataLoaderX`` with its default
-  backend, ``worker_method="thread"`` and worker processes;
+- ``dataloaderx threads``, ``dataloaderx processes`` and ``dataloaderx processes
+  (persistent)``: ``DataLoaderX`` with its default backend, ``worker_method="thread"``,
+  worker processes, and worker processes kept between epochs (the counterpart of
+  ``DataLoader (persistent)``: the same workers, with dataloaderx's backend on top);
 - ``dataloaderx tuned``: the setting ``dataloaderx bench --tune`` recommends for the
   workload (no step, ``--tune-budget`` seconds), as the YAML it prints, through
   ``DataLoaderX.from_config``.
@@ -42,7 +44,7 @@ The workloads:
 How to run (from the repository root; the peers are the ``peers`` extra)::
 
     pip install -e '.[peers]'
-    python benchmarks/peers.py                      # ~25-35 min on 2 cores
+    python benchmarks/peers.py                      # ~20-35 min on 2 cores
     python benchmarks/peers.py --quick              # 8 batches, 1 round, no tuning
     python benchmarks/peers.py --workloads "torch ops" --loaders "nodes (thread)" \\
         "dataloaderx threads"
@@ -90,9 +92,10 @@ NODES_PROCESS = "nodes (process)"
 SPDL = "SPDL"
 X_THREADS = "dataloaderx threads"
 X_PROCESSES = "dataloaderx processes"
+X_PERSISTENT = "dataloaderx processes (persistent)"
 X_TUNED = "dataloaderx tuned"
 PEERS = (DATALOADER, PERSISTENT, STATEFUL, NODES_THREAD, NODES_PROCESS, SPDL)
-OURS = (X_THREADS, X_PROCESSES, X_TUNED)
+OURS = (X_THREADS, X_PROCESSES, X_PERSISTENT, X_TUNED)
 LOADERS = (*PEERS, *OURS)
 #: The module each peer needs, for the note on a peer that is not installed.
 NEEDS = {STATEFUL: "torchdata", NODES_THREAD: "torchdata", NODES_PROCESS: "torchdata"}
@@ -217,6 +220,8 @@ def make_loader(
         return DataLoaderX(dataset, worker_method="thread", **common)
     if name == X_PROCESSES:
         return DataLoaderX(dataset, **common)
+    if name == X_PERSISTENT:
+        return DataLoaderX(dataset, persistent_workers=True, **common)
     if name == X_TUNED:
         if tuned is None:
             raise SystemExit("dataloaderx tuned needs bench --tune's recommendation")
