@@ -4,13 +4,13 @@ What is measured (each part alone with ``--parts``):
 
 - ``handover``: the cost of a batch's hand-over per MiB. Batches of ``--mib`` MiB (8 tensors
   of ``mib / 8`` MiB each, made once per worker and returned again, so that making them
-  costs nothing) from 2 workers: ``DataLoader`` worker processes (shared memory), Ray
-  workers on this machine (shared memory, the default), Ray workers made to hand over
-  through the object store (numpy arrays, no copy on the loop's side: what actors on other
-  machines do) and, for reference, the same actors returning torch tensors (pickled, a
-  copy). Epochs after the first; the figure is the loop's seconds per batch divided by the
-  batch's MiB, the median of ``--rounds`` alternated rounds; the last column is Ray's speed
-  on shared memory against processes' (processes' time over Ray's).
+  costs nothing) from ``--workers`` workers (default 2): ``DataLoader`` worker processes
+  (shared memory), Ray workers on this machine (shared memory, the default), Ray workers
+  made to hand over through the object store (numpy arrays, no copy on the loop's side:
+  what actors on other machines do) and, for reference, the same actors returning torch
+  tensors (pickled, a copy). Epochs after the first; the figure is the loop's seconds per
+  batch divided by the batch's MiB, the median of ``--rounds`` alternated rounds; the last
+  column is Ray's speed on shared memory against processes' (processes' time over Ray's).
 - ``first``: time from ``iter(loader)`` to the first batch, epoch 1 (actors start; Ray
   already running) and epoch 2 (actors kept), against worker processes.
 - ``scale``: items that wait 20 ms each (GIL released: remote storage, a remote decode),
@@ -108,8 +108,11 @@ def epoch_seconds(loader: Iterable[Any]) -> tuple[float, int]:
     return time.perf_counter() - start, count
 
 
-def handover(sizes: list[float], batches: int, rounds: int) -> None:
-    print(f"\n## Hand-over per MiB of batch (2 workers, epochs 2-3, median of {rounds} rounds)\n")
+def handover(sizes: list[float], batches: int, rounds: int, workers: int) -> None:
+    print(
+        f"\n## Hand-over per MiB of batch ({workers} workers, epochs 2-3, "
+        f"median of {rounds} rounds)\n"
+    )
     print(
         "| batch MiB | processes | Ray (shared memory) | Ray (object store) "
         "| Ray (torch, pickled) | shared memory / processes |  (ms per MiB)"
@@ -119,15 +122,15 @@ def handover(sizes: list[float], batches: int, rounds: int) -> None:
         dataset = Big(batches, mib)
         makers: dict[str, Callable[[Big], Iterable[Any]]] = {
             "processes": lambda data: DataLoader(
-                data, batch_size=8, num_workers=2, persistent_workers=True
+                data, batch_size=8, num_workers=workers, persistent_workers=True
             ),
             "shared memory": lambda data: DataLoaderX(
-                data, batch_size=8, num_workers=2, backend="sync", **RAY
+                data, batch_size=8, num_workers=workers, backend="sync", **RAY
             ),
             "object store": lambda data: DataLoaderX(
                 data,
                 batch_size=8,
-                num_workers=2,
+                num_workers=workers,
                 backend="sync",
                 worker_options={"handover": "object_store"},
                 **RAY,
@@ -135,7 +138,7 @@ def handover(sizes: list[float], batches: int, rounds: int) -> None:
             "pickled": lambda data: DataLoaderX(
                 data,
                 batch_size=8,
-                num_workers=2,
+                num_workers=workers,
                 backend="sync",
                 collate_fn=tensors_as_they_are,
                 **RAY,
@@ -345,6 +348,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=3, help="alternated rounds (handover)")
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=2, help="workers (handover)")
     arguments = parser.parse_args()
     torch.set_num_threads(1)
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
@@ -352,7 +356,7 @@ def main() -> None:
     try:
         for part in arguments.parts:
             if part == "handover":
-                handover(arguments.mib, arguments.batches, arguments.rounds)
+                handover(arguments.mib, arguments.batches, arguments.rounds, arguments.workers)
             elif part == "first":
                 first_batch()
             elif part == "scale":
