@@ -217,7 +217,11 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
             steps += 1
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) / steps * 1e3)
-    return {"step_ms": statistics.median(times[1:]), "epochs_ms": times[1:]}
+    result: dict[str, Any] = {"step_ms": statistics.median(times[1:]), "epochs_ms": times[1:]}
+    stats = getattr(loader, "stats", None)
+    if stats is not None:  # the cuda pattern: how its last epoch's batches were made
+        result["mode"] = stats.mode
+    return result
 
 
 #: Bandwidth patterns: the worker method that makes the (pageable) batches, if any.

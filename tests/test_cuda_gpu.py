@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -9,7 +10,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dataloaderx import DataLoaderX
-from tests.helpers import RangeDataset
+from dataloaderx.engine import decision as mode_decision
+from tests.helpers import RangeDataset, SwitchingPolicy
 
 pytestmark = [pytest.mark.cuda, pytest.mark.timeout(300)]
 
@@ -48,8 +50,13 @@ def sleep_cycles_per_ms() -> float:
     return 20_000_000 / start.elapsed_time(end)
 
 
-def test_no_race_between_copies_and_the_consumer_over_2000_batches() -> None:
-    """Alternates two phases of 50 batches, each aimed at one kind of missing safety.
+@pytest.mark.parametrize("mode", ["prefetched", "inline", "decided"])
+def test_no_race_between_copies_and_the_consumer_over_2000_batches(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alternates two phases of 50 batches, each aimed at one kind of missing safety, with
+    batches made by a producer thread, inline (staged and copied on the side stream in the
+    loop's thread), or as the adaptive decision chooses.
 
     * idle consumer stream (synchronised every step): each batch is read as soon as it
       is handed out, while its copy may still run; a missing wait reads a partial copy.
@@ -57,8 +64,11 @@ def test_no_race_between_copies_and_the_consumer_over_2000_batches() -> None:
       batch is read, then zeroed, long after Python dropped it; without allocator
       safety its memory is reused by later copies before those kernels run.
     """
+    if mode == "inline":
+        monkeypatch.setattr(mode_decision, "new_policy", lambda: SwitchingPolicy("I"))
     dataset = ShiftedDataset(2_000, 4_000_000)  # 16 MB batches
-    loader = DataLoaderX(dataset, batch_size=None, backend="cuda", backend_options={"depth": 3})
+    options = {"depth": 3, "adaptive": mode != "prefetched"}
+    loader = DataLoaderX(dataset, batch_size=None, backend="cuda", backend_options=options)
     cycles = int(sleep_cycles_per_ms() * 10)
     stream = torch.cuda.current_stream()
     sums = []
@@ -75,6 +85,30 @@ def test_no_race_between_copies_and_the_consumer_over_2000_batches() -> None:
     expected = [dataset.checksum(index) for index in range(len(dataset))]
     wrong = [index for index, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b]
     assert wrong == [], f"{len(wrong)} corrupted batches, first at {wrong[:5]}"
+
+
+def collect_garbage(worker_id: int) -> None:
+    gc.collect()
+
+
+def test_workers_forked_while_device_batches_are_garbage_release_none_of_them() -> None:
+    """Workers forked while a cycle holds handed-out device batches (each with the loop's
+    stream recorded) and a loader's events collect garbage as they start: releasing any of
+    those would call into CUDA, which aborts a forked child. The workers' epoch completes."""
+    dataset = ShiftedDataset(8, 250_000)  # 1 MB batches: staged, copied on the side stream
+    gc.disable()  # so that the cycles reach the workers
+    try:
+        for options in ({"adaptive": False}, {}):
+            loader = DataLoaderX(dataset, batch_size=None, backend="cuda", backend_options=options)
+            cycle: list[Any] = [list(loader), loader]
+            cycle.append(cycle)
+            del loader, cycle
+        workers = DataLoader(
+            RangeDataset(8), batch_size=2, num_workers=2, worker_init_fn=collect_garbage
+        )
+        assert len(list(workers)) == 4
+    finally:
+        gc.enable()
 
 
 def test_reserved_memory_is_flat_after_the_second_epoch() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -80,29 +81,80 @@ class Finalized:
         os.write(self.pipe, self.name)
 
 
-def test_a_registered_source_in_a_cycle_is_never_finalized_in_a_child() -> None:
+def in_a_child(child: Callable[[int], None]) -> bytes:
+    """Fork; the child runs ``child(pipe)``, collects and leaves as a worker does. What the
+    child wrote to the pipe."""
     read, write = os.pipe()
     os.set_blocking(read, False)
-    kept = Finalized(b"kept ", write)
-    control = Finalized(b"control ", write)
-    never_finalize_in_children(kept)
-    del kept, control  # both live on in their cycles only
-    gc.disable()  # so that the cycles reach the child
+    pid = os.fork()
+    if pid == 0:
+        child(write)
+        gc.collect()
+        os._exit(0)
+    os.waitpid(pid, 0)
     try:
+        written = os.read(read, 100)
+    except BlockingIOError:
+        written = b""
+    os.close(read)
+    os.close(write)
+    return written
+
+
+def test_a_registered_source_is_never_finalized_in_a_child_that_drops_it() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    held = [Finalized(b"kept ", devnull), Finalized(b"control ", devnull)]
+    never_finalize_in_children(held[0])
+    for item in held:
+        item.cycle = None  # dropping the last reference finalizes at once
+    del item
+
+    def child(pipe: int) -> None:
+        held[0].pipe = held[1].pipe = pipe
+        held.clear()
+
+    try:
+        assert in_a_child(child) == b"control "
+    finally:
+        held.clear()
+        os.close(devnull)
+
+
+def test_a_child_never_collects_the_cycles_it_inherited() -> None:
+    never_finalize_in_children(object)  # the fork hooks are in place
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    gc.disable()  # so that the cycle reaches the child
+    try:
+        Finalized(b"inherited ", write)  # garbage: its cycle alone holds it
         pid = os.fork()
-        if pid == 0:  # the child: collect, and leave as a worker does
+        if pid == 0:
             gc.collect()
             os._exit(0)
+        os.waitpid(pid, 0)
     finally:
         gc.enable()
-    os.waitpid(pid, 0)
     try:
         in_child = os.read(read, 100)
     except BlockingIOError:
         in_child = b""
-    gc.collect()  # here both are finalized as usual
-    in_parent = sorted(os.read(read, 100).split())
+    gc.collect()  # here it is collected as usual
+    in_parent = os.read(read, 100)
     os.close(read)
     os.close(write)
-    assert in_child == b"control "
-    assert in_parent == [b"control", b"kept"]
+    assert in_child == b""
+    assert in_parent == b"inherited "
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_fork_leaves_the_collector_on_or_off_as_it_was(collecting: bool) -> None:
+    never_finalize_in_children(object)
+    was = gc.isenabled()
+    (gc.enable if collecting else gc.disable)()
+    try:
+        in_child = in_a_child(lambda pipe: os.write(pipe, b"on" if gc.isenabled() else b"off"))
+        in_parent = gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert in_child == (b"on" if collecting else b"off")
+    assert in_parent == collecting

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from dataloaderx import DataLoaderX
 from tests.helpers import RangeDataset, assert_same_events, run_events
+from tests.lightning_support import one_machine
 
 pytest.importorskip(
     "jsonargparse", reason="jsonargparse is not installed: pip install 'dataloaderx[integrations]'"
@@ -52,7 +53,13 @@ def no_pytest_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cli(*args: str) -> LightningCLI:
-    return LightningCLI(TinyModel, RangeData, run=False, args=list(args))
+    return LightningCLI(
+        TinyModel,
+        RangeData,
+        run=False,
+        args=list(args),
+        trainer_defaults={"plugins": one_machine()},
+    )
 
 
 def test_config_file_builds_a_dataloaderx() -> None:

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from dataloaderx import DataLoaderX
 from tests.helpers import RangeDataset
+from tests.lightning_support import one_machine
 
 lightning = pytest.importorskip(
     "lightning.pytorch",
@@ -103,6 +104,7 @@ def test_ddp_spawn_keeps_the_loader_class_backend_and_options(
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=tmp_path,
+        plugins=one_machine(),
     )
     trainer.fit(ShardRecorder(str(tmp_path), loader_kwargs))
 

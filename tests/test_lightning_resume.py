@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX
 from tests.helpers import RangeDataset
+from tests.lightning_support import one_machine
 
 lightning = pytest.importorskip(
     "lightning.pytorch",
@@ -60,6 +61,7 @@ def fit(model: Recorder, root: Path, ckpt_path: str | None = None, **kwargs: Any
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=root,
+        plugins=one_machine(),
         **kwargs,
     )
     with warnings.catch_warnings():

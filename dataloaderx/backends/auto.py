@@ -11,8 +11,8 @@ import torch
 
 from dataloaderx.backends.cuda import CudaBackend
 from dataloaderx.contracts.backend import BatchStream, InlineMode
+from dataloaderx.contracts.policy import ModePolicy
 from dataloaderx.device.options import format_for
-from dataloaderx.device.small_batches import SmallBatchesOnly
 from dataloaderx.engine import decision
 from dataloaderx.engine.producer import Hooks, start_producer
 from dataloaderx.util.tree import map_tensors
@@ -74,7 +74,7 @@ class AutoBackend(CudaBackend):
         self._host_policy = decision.new_policy() if self.adaptive and on_cpu else None
         super()._init_runtime_state()
 
-    def _device_policy(self) -> SmallBatchesOnly | None:
+    def _device_policy(self) -> ModePolicy | None:
         return super()._device_policy() if self.resolved == "cuda" else None
 
     def _on_host(self) -> Callable[[Any], Any] | None:

@@ -9,8 +9,11 @@ import torch
 
 from dataloaderx.contracts.backend import Backend, BatchStream, InlineMode
 from dataloaderx.contracts.checks import check_bool
+from dataloaderx.contracts.policy import ModePolicy
 from dataloaderx.device.api import DeviceAPI, TorchAccelerator
 from dataloaderx.device.copier import DeviceCopy, StreamCopier
+from dataloaderx.device.host_copy import CopyThreads
+from dataloaderx.device.inline_copy import InlineCopy
 from dataloaderx.device.options import (
     DeviceSpec,
     auto_pin_threads,
@@ -20,7 +23,6 @@ from dataloaderx.device.options import (
     check_transform,
 )
 from dataloaderx.device.resources import DeviceResources
-from dataloaderx.device.small_batches import SmallBatchesOnly
 from dataloaderx.engine import decision
 from dataloaderx.engine.buffer_options import DEFAULT_MAX_DEPTH, check_depth_options
 from dataloaderx.engine.byte_budget import batch_bytes
@@ -29,22 +31,10 @@ from dataloaderx.engine.producer import Hooks, start_producer
 __all__ = ["CudaBackend"]
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 def _device_bytes(ready: Any) -> int:
     return batch_bytes(ready.batch, device_only=True)
-
-
-def _noting_size(policy: SmallBatchesOnly, prepare: Callable[[Any], R]) -> Callable[[Any], R]:
-    """``prepare``, telling ``policy`` each host batch's size first."""
-
-    def noted(batch: Any) -> R:
-        if policy.large is None:  # once a batch was large, sizes no longer matter
-            policy.note(batch_bytes(batch))
-        return prepare(batch)
-
-    return noted
 
 
 class CudaBackend(Backend):
@@ -54,11 +44,11 @@ class CudaBackend(Backend):
     (ceiling of ``depth="auto"``), ``max_bytes`` (cap on the device bytes buffered),
     ``non_blocking``, ``transform`` (called with the device batch, on the side stream),
     ``memory_format`` (e.g. ``torch.channels_last``, for tensors of matching rank),
-    ``pin_threads`` (threads filling pinned staging memory; ``None``: half the cores, at most 8)
-    and ``adaptive`` (copy batches under 256 KiB in the training thread, on its current stream,
-    while prefetching does not pay). It pins batches itself (``pin_memory=True`` starts no
-    pin-memory thread) into staging memory of at most ``depth + 1`` batches per device, kept
-    until :meth:`close` or garbage collection. See ``docs/cuda.md``.
+    ``pin_threads`` (threads filling pinned staging memory for a producer thread; ``None``: half
+    the cores, at most 8) and ``adaptive`` (make and copy batches in the training thread while
+    prefetching does not pay). It pins batches itself (``pin_memory=True`` starts no pin-memory
+    thread) into staging memory of at most ``depth + 1`` batches per device, kept until
+    :meth:`close` or garbage collection. See ``docs/cuda.md``.
     """
 
     #: The accelerator operations the backend uses; tests substitute a recording fake.
@@ -105,9 +95,9 @@ class CudaBackend(Backend):
         self._device = DeviceResources(type(self).device_api, slots=self._deepest() + 1)
         self._policy = self._device_policy()
 
-    def _device_policy(self) -> SmallBatchesOnly | None:
+    def _device_policy(self) -> ModePolicy | None:
         """The loader's mode policy on the device (``None``: always prefetch)."""
-        return SmallBatchesOnly(decision.new_policy()) if self.adaptive else None
+        return decision.new_policy() if self.adaptive else None
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -151,25 +141,30 @@ class CudaBackend(Backend):
         policy = self._policy
         if policy is None:
             return None
-        # Nothing overlaps an inline batch: copy it on the loop's stream, no side stream or staging.
-        return InlineMode(policy, _noting_size(policy, self._device_copy().__call__))
+        return InlineMode(policy, InlineCopy(self._device_copy(), self._device))
 
     def open(self, source: Iterator[T]) -> BatchStream[T]:
         copy = self._device_copy()
+        threads = CopyThreads(
+            self.pin_threads or auto_pin_threads(), name=f"dataloaderx-{self.name}-pin"
+        )
         copier = StreamCopier(
             copy,
             self._device.side_stream,
-            pin_threads=self.pin_threads or auto_pin_threads(),
             staging=self._device.staging_pool(copy.device),
-            thread_name=f"dataloaderx-{self.name}-pin",
+            host_copy=threads.copy,
         )
-        policy = self._policy
+
+        def after_close() -> None:
+            copier.close()
+            threads.close()
+
         hooks = Hooks(
             on_start=copier.start,
-            prepare=copier.prepare if policy is None else _noting_size(policy, copier.prepare),
+            prepare=copier.prepare,
             handout=copier.handout,
             measure=_device_bytes,
-            after_close=copier.close,
+            after_close=after_close,
         )
         return start_producer(source, self, hooks)
 

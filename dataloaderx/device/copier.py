@@ -1,17 +1,18 @@
-"""The ``cuda`` backend's per-batch stream protocol as producer hooks (``docs/cuda.md``, *The
-stream protocol*); a batch made inline needs only :class:`DeviceCopy`, on the loop's stream."""
+"""The ``cuda`` backend's per-batch stream protocol (``docs/cuda.md``, *The stream protocol*):
+:class:`StreamCopier` as a producer's hooks, or in the loop's thread alone for a large batch made
+inline; a small batch made inline needs only :class:`DeviceCopy`, on the loop's stream."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 
 from dataloaderx.device.api import DeviceAPI
-from dataloaderx.device.host_copy import CopyThreads
+from dataloaderx.device.host_copy import Segment
 from dataloaderx.device.options import format_for
 from dataloaderx.device.staging import StagingPool
 from dataloaderx.util.tree import iter_tensors, map_tensors
@@ -52,23 +53,24 @@ class DeviceCopy(NamedTuple):
 
 
 class StreamCopier:
-    """Copies one epoch's batches on the side stream from ``side_stream``."""
+    """Copies batches on the side stream from ``side_stream``, pageable tensors staged in
+    ``staging`` by ``host_copy``: :meth:`prepare` in the thread that makes the batches (the
+    stream is resolved there, first), :meth:`handout` in the loop's thread."""
 
     def __init__(
         self,
         copy: DeviceCopy,
         side_stream: Callable[[torch.device], Any],
         *,
-        pin_threads: int,
         staging: StagingPool,
-        thread_name: str,
+        host_copy: Callable[[Sequence[Segment]], None],
     ) -> None:
         self._copy = copy
         self._side_stream = side_stream
         self._stream: Any = None
         self._staging = staging
+        self._host_copy = host_copy
         self._closed = threading.Event()
-        self._copy_threads = CopyThreads(pin_threads, name=thread_name)
 
     def start(self) -> None:
         """Producer thread, first: the device is per thread and starts as device 0."""
@@ -87,13 +89,15 @@ class StreamCopier:
         return list(found.values())
 
     def prepare(self, batch: Any) -> _Ready:
-        """Producer thread: stage, enqueue the batch's copies and transform, then its event."""
+        """Stage, enqueue the batch's copies and transform, then its event."""
+        if self._stream is None:  # made inline: no start()
+            self._stream = self._side_stream(self._copy.device)
         pageable = self._pageable(batch)
         if not pageable:
             return self._enqueue(batch, {})
         slot, views, segments = self._staging.stage(pageable, stop=self._closed.is_set)
         try:
-            self._copy_threads.copy(segments)
+            self._host_copy(segments)
             ready = self._enqueue(batch, {id(t): v for t, v in zip(pageable, views, strict=True)})
         except BaseException:
             self._release_after_failure(slot)
@@ -130,6 +134,5 @@ class StreamCopier:
         return ready.batch
 
     def close(self) -> None:
-        """Stop the copy threads and any wait for a staging slot; safe to call twice."""
+        """End any wait for a staging slot, now and later; safe to call twice."""
         self._closed.set()
-        self._copy_threads.close()

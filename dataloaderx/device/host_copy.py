@@ -1,5 +1,7 @@
-"""Host-to-host copies split over a few threads of our own, each range a single-threaded copy
-that releases the GIL whatever the intra-op settings (``docs/cuda.md``, *Pinning*)."""
+"""Host-to-host copies into pinned staging memory: in a producer thread, split over a few
+threads of our own, each range a single-threaded copy that releases the GIL whatever the
+intra-op settings; in the loop's thread, with that thread's own intra-op pool (``docs/cuda.md``,
+*Pinning*)."""
 
 from __future__ import annotations
 
@@ -67,6 +69,14 @@ def _copy(destination: torch.Tensor, source: torch.Tensor) -> None:
         destination.copy_(source)
         return
     numpy.copyto(destination.view(as_int).numpy(), source.view(as_int).numpy())
+
+
+def copy_with_own_pool(segments: Sequence[Segment]) -> None:
+    """Copy in the calling thread with ``Tensor.copy_``, over that thread's own intra-op pool:
+    for the loop's thread, which has one. Any other thread would start a pool of its own
+    (``docs/design.md``, *Inline batches on a device*)."""
+    for destination, source in segments:
+        destination.copy_(source)
 
 
 def _run(group: Sequence[Segment]) -> None:

@@ -1,4 +1,4 @@
-"""Sources that a forked child must never finalize.
+"""Sources, and garbage, that a forked child must never finalize.
 
 A process forked from this one (a ``DataLoader`` worker, say) starts with a copy of every
 object, including an epoch's source that only a reference cycle still holds, such as the
@@ -10,10 +10,16 @@ Every source an epoch reads is registered here. Right before a fork, the sources
 held by strong references; the parent drops them after the fork, the child keeps them for
 good, so it never collects them. Worker processes end with ``os._exit``, which finalizes
 nothing either.
+
+Nor does a child collect any other cycle it inherited: the garbage collector is off across
+the fork, and the child freezes what it inherited (``gc.freeze``) before turning it back on.
+That garbage may hold the parent's device tensors and events (a batch in an error's
+traceback), and a child that releases one calls into CUDA, which aborts it.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import weakref
@@ -25,6 +31,8 @@ _sources: weakref.WeakSet[Any] = weakref.WeakSet()
 _forking: list[Any] = []
 #: In a child, the sources it inherited; never released.
 _inherited: list[Any] = []
+#: Whether the garbage collector was on when the fork under way began.
+_collecting: list[bool] = []
 _hooked = False
 
 
@@ -50,16 +58,28 @@ def never_finalize_in_children(source: object) -> None:
 
 def _before_fork() -> None:
     # Held across the fork, so that the child's copy of the lock and the set are consistent.
+    # Hooks run before a fork in reverse order of registration, after it in order: those
+    # registered before these (the standard library's, torch's) run with the collector off.
     _lock.acquire()
     _forking.extend(_sources)
+    _collecting.append(gc.isenabled())
+    gc.disable()
 
 
 def _after_fork_in_parent() -> None:
     _forking.clear()
+    _resume_collecting()
     _lock.release()
 
 
 def _after_fork_in_child() -> None:
     _inherited.extend(_forking)
     _forking.clear()
+    gc.freeze()
+    _resume_collecting()
     _lock.release()
+
+
+def _resume_collecting() -> None:
+    if _collecting.pop():
+        gc.enable()
