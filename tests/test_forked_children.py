@@ -81,6 +81,14 @@ class Finalized:
         os.write(self.pipe, self.name)
 
 
+def written(read: int) -> bytes:
+    """What is waiting in the pipe's non-blocking ``read`` end (nothing: ``b""``)."""
+    try:
+        return os.read(read, 100)
+    except BlockingIOError:
+        return b""
+
+
 def in_a_child(child: Callable[[int], None]) -> bytes:
     """Fork; the child runs ``child(pipe)``, collects and leaves as a worker does. What the
     child wrote to the pipe."""
@@ -92,13 +100,10 @@ def in_a_child(child: Callable[[int], None]) -> bytes:
         gc.collect()
         os._exit(0)
     os.waitpid(pid, 0)
-    try:
-        written = os.read(read, 100)
-    except BlockingIOError:
-        written = b""
+    in_child = written(read)
     os.close(read)
     os.close(write)
-    return written
+    return in_child
 
 
 def test_a_registered_source_is_never_finalized_in_a_child_that_drops_it() -> None:
@@ -134,12 +139,9 @@ def test_a_child_never_collects_the_cycles_it_inherited() -> None:
         os.waitpid(pid, 0)
     finally:
         gc.enable()
-    try:
-        in_child = os.read(read, 100)
-    except BlockingIOError:
-        in_child = b""
+    in_child = written(read)
     gc.collect()  # here it is collected as usual
-    in_parent = os.read(read, 100)
+    in_parent = written(read)
     os.close(read)
     os.close(write)
     assert in_child == b""
