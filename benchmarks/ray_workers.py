@@ -25,6 +25,15 @@ What is measured (each part alone with ``--parts``):
 - ``fault``: ``--kills`` epochs of 40 batches (2 workers, 20 ms items); in each, a worker's
   process is killed (``SIGKILL``) after 5 batches. Every epoch must give every batch once,
   in order; the longest wait for a batch after the kill is the stall (median, max).
+- ``node``: ``--kills`` runs on a simulated cluster (``ray.cluster_utils.Cluster``: a head
+  and two worker nodes), each adding a third worker node, starting 3 actors spread over the
+  three (60 batches of 2 items of 20 ms) and removing that node after 5 batches of the
+  second epoch: every batch once and in order, and the longest wait for a batch (median,
+  max): Ray's detection of the lost node, then the batches made again.
+- ``trainval``: a train loader (``num_workers`` = this machine's cores) and a val loader (2
+  workers) alternated for 5 epochs on the local Ray the loaders start themselves (items
+  that wait 2 ms), against ``DataLoader`` with the same worker processes, started anew each
+  epoch and persistent: seconds per epoch, the first epoch apart.
 
 A local Ray is started once (``ray.init``, not counted). Times are of a shared 2-core
 machine: compare figures of one run only.
@@ -314,6 +323,19 @@ def _pids() -> dict[int, int]:
     return {worker: place.pid for worker, place in _places().items()}
 
 
+def _rest_of_epoch(iterator: Iterable[Any], got: list[int]) -> float:
+    """Add the rest of the epoch's first items to ``got``; return the longest wait for a
+    batch, in seconds (lost workers' warnings hidden)."""
+    last, longest = time.perf_counter(), 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for batch in iterator:
+            now = time.perf_counter()
+            longest, last = max(longest, now - last), now
+            got.append(int(batch[0]))
+    return longest
+
+
 def fault(kills: int) -> None:
     print(f"\n## A worker's process killed mid-epoch, {kills} epochs (2 workers, 20 ms items)\n")
     loader = DataLoaderX(Waits(80, 0.02), batch_size=2, num_workers=2, **RAY)
@@ -323,15 +345,7 @@ def fault(kills: int) -> None:
         iterator = iter(loader)
         got = [int(next(iterator)[0]) for _ in range(5)]
         os.kill(_pids()[epoch % 2], signal.SIGKILL)
-        last = time.perf_counter()
-        longest = 0.0
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for batch in iterator:
-                now = time.perf_counter()
-                longest, last = max(longest, now - last), now
-                got.append(int(batch[0]))
-        gaps.append(longest)
+        gaps.append(_rest_of_epoch(iterator, got))
         complete += got == list(range(0, 80, 2))
     print(f"epochs complete, every batch once and in order: {complete} of {kills}")
     print(
@@ -340,9 +354,79 @@ def fault(kills: int) -> None:
     )
 
 
+def node_loss(runs: int) -> None:
+    print(f"\n## A node lost mid-epoch, {runs} runs (3 actors on 3 nodes, 20 ms items)\n")
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1, resources={"loader_node": 2})
+    ray.init(address=cluster.address, log_to_driver=False)
+    options = {"num_cpus": 0.25, "resources": {"loader_node": 1}}
+    gaps, complete, on_it = [], 0, 0
+    try:
+        for _ in range(runs):
+            doomed = cluster.add_node(num_cpus=1, resources={"loader_node": 2})
+            cluster.wait_for_nodes()
+            loader = DataLoaderX(
+                Waits(120, 0.02), batch_size=2, num_workers=3, worker_options=options, **RAY
+            )
+            epoch_seconds(loader)
+            iterator = iter(loader)
+            got = [int(next(iterator)[0]) for _ in range(5)]
+            on_it += [place.node_id for place in _places().values()].count(doomed.node_id)
+            cluster.remove_node(doomed)
+            gaps.append(_rest_of_epoch(iterator, got))
+            complete += got == list(range(0, 120, 2))
+            del loader, iterator
+        print(f"actors on the lost node: {on_it} in {runs} runs")
+        print(f"epochs complete, every batch once and in order: {complete} of {runs}")
+        print(
+            "longest wait for a batch after the node's loss: "
+            f"median {statistics.median(gaps):.1f} s, max {max(gaps):.1f} s "
+            f"(each: {', '.join(f'{gap:.1f}' for gap in gaps)})"
+        )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
+
+
+def train_and_val(epochs: int = 5) -> None:
+    cores = os.cpu_count() or 1
+    print(f"\n## A train ({cores} workers) and a val (2 workers) loader, alternated\n")
+    print("| loader | epoch 1 train s | epoch 1 val s | later train s | later val s |")
+    print("| --- | --- | --- | --- | --- |")
+    ray.shutdown()  # the loaders start their own local Ray
+    pairs = {
+        "processes": {},
+        "processes (persistent)": {"persistent_workers": True},
+        "ray (the loaders' own local Ray)": RAY,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for name, method in pairs.items():
+            loaders = [
+                DataLoaderX(Waits(size, 0.002), batch_size=4, num_workers=workers, **method)
+                for size, workers in ((256, cores), (64, 2))
+            ]
+            times: list[list[float]] = [[], []]
+            for _ in range(epochs):
+                for kind, loader in enumerate(loaders):
+                    times[kind].append(epoch_seconds(loader)[0])
+            later = [statistics.median(each[1:]) for each in times]
+            print(
+                f"| {name} | {times[0][0]:.2f} | {times[1][0]:.2f} | {later[0]:.3f} | "
+                f"{later[1]:.3f} |",
+                flush=True,
+            )
+            del loaders
+    ray.shutdown()
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts = ["handover", "first", "scale", "nodes", "memory", "fault"]
+    parts = ["handover", "first", "scale", "nodes", "memory", "fault", "node", "trainval"]
     parser.add_argument("--parts", nargs="+", default=parts)
     parser.add_argument("--mib", nargs="+", type=float, default=[8.0])
     parser.add_argument("--batches", type=int, default=24)
@@ -367,6 +451,10 @@ def main() -> None:
                 nodes()
             elif part == "fault":
                 fault(arguments.kills)
+            elif part == "node":
+                node_loss(arguments.kills)
+            elif part == "trainval":
+                train_and_val()
     finally:
         ray.shutdown()
 

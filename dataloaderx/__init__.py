@@ -13,6 +13,7 @@ from dataloaderx.errors import (
     ConfigError,
     ResumeStateError,
     UnknownBackendError,
+    WorkerMethodUnavailableError,
 )
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.prefetching import Prefetched, SizedPrefetched, prefetch
@@ -22,6 +23,7 @@ from dataloaderx.registry import (
     register_backend,
     registered_backends,
 )
+from dataloaderx.workers.contract import WorkerPool
 
 __all__ = [
     "Backend",
@@ -34,6 +36,8 @@ __all__ = [
     "ResumeStateError",
     "SizedPrefetched",
     "UnknownBackendError",
+    "WorkerMethodUnavailableError",
+    "WorkerPool",
     "__version__",
     "available_backends",
     "get_backend",

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["BackendUnavailableError", "ConfigError", "ResumeStateError", "UnknownBackendError"]
+__all__ = [
+    "BackendUnavailableError",
+    "ConfigError",
+    "ResumeStateError",
+    "UnknownBackendError",
+    "WorkerMethodUnavailableError",
+]
 
 
 class UnknownBackendError(ValueError):
@@ -19,3 +25,7 @@ class ConfigError(ValueError):
 
 class ResumeStateError(ValueError):
     """A state given to ``load_state_dict()`` does not fit the loader, is corrupt or too new."""
+
+
+class WorkerMethodUnavailableError(ImportError):
+    """A worker method's pool cannot be imported (a missing package or a broken plugin)."""

@@ -14,20 +14,19 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from dataloaderx.contracts.backend import Backend
 from dataloaderx.epoch.feed import Feed
 from dataloaderx.epoch.iterator import PrefetchIterator
+from dataloaderx.epoch.stats import EpochStats, LoaderStats
+from dataloaderx.frameworks.ray_train import warn_if_replaced
 from dataloaderx.options import BackendSpec, resolve_backend
 from dataloaderx.resume.tracker import ResumeTracker
-from dataloaderx.stats import EpochStats, LoaderStats
 from dataloaderx.workers.contract import KeptWorkers
 from dataloaderx.workers.iterator import WorkersIterator
 from dataloaderx.workers.method import (
     MULTIPROCESSING,
     THREAD,
     WorkerMethod,
-    check_worker_method,
-    check_worker_options,
     dataloader_takes_worker_method,
+    resolve_workers,
 )
-from dataloaderx.workers.registry import pool_class
 
 __all__ = ["DataLoaderX"]
 
@@ -94,20 +93,21 @@ class DataLoaderX(DataLoader[T_co]):
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._prefetch_backend, common = resolve_backend(backend, backend_options)
-        self.worker_method = check_worker_method(
+        self._workers = resolve_workers(
             worker_method,
+            worker_options,
             num_workers=num_workers,
             dataset=dataset,
             multiprocessing_context=multiprocessing_context,
         )
-        self._worker_options = check_worker_options(self.worker_method, num_workers, worker_options)
+        self.worker_method = self._workers.method
         self.worker_options = worker_options
         #: Workers a worker method keeps between epochs; released with the loader.
         self._kept_workers = KeptWorkers()
         weakref.finalize(self, self._kept_workers.close)
         # A torch whose DataLoader has worker threads of its own runs them.
         torch_runs = _TORCH_WORKER_METHOD and self.worker_method in (MULTIPROCESSING, THREAD)
-        torch_arguments = {"worker_method": worker_method} if torch_runs else {}
+        torch_arguments = {"worker_method": self.worker_method} if torch_runs else {}
         self._stats = EpochStats(common.stats)
         self.backend = backend
         self.backend_options = backend_options
@@ -134,6 +134,7 @@ class DataLoaderX(DataLoader[T_co]):
             in_order=in_order,
             **torch_arguments,
         )
+        warn_if_replaced(self)
 
     @property
     def prefetch_backend(self) -> Backend:
@@ -206,19 +207,15 @@ class DataLoaderX(DataLoader[T_co]):
             self.pin_memory = True
 
     def _new_iterator(self) -> Any:
-        method = self.worker_method
-        torch_runs = method == MULTIPROCESSING or (method == THREAD and _TORCH_WORKER_METHOD)
-        if self.num_workers > 0 and not torch_runs:
-            return WorkersIterator(
-                self, pool_class(method), self._worker_options, self._kept_workers
-            )
+        workers = self._workers
+        if self.num_workers > 0 and workers.pool is not None:
+            return WorkersIterator(self, workers.pool, workers.options, self._kept_workers)
         return super()._get_iterator()
 
     def check_worker_number_rationality(self) -> None:
         # DataLoader warns of more worker processes than cores; threads waiting on I/O, or
         # actors on other machines, may well outnumber this machine's cores.
-        method = self.worker_method
-        if method == MULTIPROCESSING or pool_class(method).counts_as_cores():
+        if self._workers.counts_as_cores():
             super().check_worker_number_rationality()
 
     @property

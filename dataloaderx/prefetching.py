@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader
 from dataloaderx.contracts.backend import Backend
 from dataloaderx.epoch.iterator import PrefetchIterator
 from dataloaderx.epoch.position import Position, Tracking
+from dataloaderx.epoch.stats import EpochStats, LoaderStats
 from dataloaderx.options import BackendSpec, make_backend, resolve_backend
-from dataloaderx.stats import EpochStats, LoaderStats
 from dataloaderx.util.wrapping import ClosesOnExit, delegate
 
 __all__ = ["Prefetched", "SizedPrefetched", "prefetch"]

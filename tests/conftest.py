@@ -14,6 +14,7 @@ import torch
 from hypothesis import settings
 
 from dataloaderx import available_backends
+from dataloaderx.util.reaper import reaper_pid
 from tests.helpers import child_pids, describe_processes, wait_until_clean
 
 
@@ -89,8 +90,10 @@ def worker_method_arguments(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 def _own_children() -> set[int]:
-    """Child processes, less the session's Ray processes and those they started."""
-    return {pid for pid in child_pids() if not _under(pid, _RAY_PROCESSES)}
+    """Child processes, less the session's Ray processes and those they started, and the
+    reaper, which lives as long as this process (``dataloaderx/util/reaper.py``)."""
+    reaper = reaper_pid()
+    return {pid for pid in child_pids() if pid != reaper and not _under(pid, _RAY_PROCESSES)}
 
 
 def _under(pid: int, roots: set[int]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import psutil
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -37,6 +39,23 @@ class RangeDataset(Dataset[torch.Tensor]):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.tensor([index, index * index])
+
+
+class Draws(Dataset[torch.Tensor]):
+    """Item ``i``: ``i``, the worker's id, count and seed, and a draw of each global
+    generator, which a worker process seeds from its seed."""
+
+    def __init__(self, size: int = 37) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        info = get_worker_info()
+        assert info is not None
+        draws = [random.random(), torch.rand(()).item(), numpy.random.rand()]
+        return torch.tensor([index, info.id, info.num_workers, info.seed, *draws])
 
 
 class StructDataset(Dataset[dict[str, Any]]):
@@ -310,6 +329,18 @@ def run_python_without_session_ray(code: str, timeout: float) -> subprocess.Comp
         timeout=timeout,
         check=False,
     )
+
+
+def session_processes(session: int) -> list[int]:
+    """The processes of the session ``session`` (a scenario runs in its own)."""
+    members = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == session:
+                members.append(pid)
+        except OSError:
+            continue
+    return members
 
 
 def wait_for(condition: Callable[[], bool], within: float = 30.0) -> bool:

@@ -20,21 +20,21 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 @pytest.fixture(scope="module")
 def plugin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Both example plugins installed into a directory of their own.
+    """The example plugins installed into a directory of their own.
 
     They are built from copies, so the build leaves nothing in the source tree.
     """
     target = tmp_path_factory.mktemp("plugins")
     sources = tmp_path_factory.mktemp("plugin-sources")
-    for name in ("plugin", "broken_plugin"):
+    names = ("plugin", "broken_plugin", "worker_plugin")
+    for name in names:
         shutil.copytree(EXAMPLES / name, sources / name)
     subprocess.run(
         [
             sys.executable,
             *("-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"),
             *("--target", str(target)),
-            str(sources / "plugin"),
-            str(sources / "broken_plugin"),
+            *(str(sources / name) for name in names),
         ],
         check=True,
         capture_output=True,
@@ -117,3 +117,30 @@ def test_cli_lists_both_plugins(plugin_dir: Path) -> None:
     assert "logged\n    No prefetch; logs the running batch count every" in result.stdout
     assert "options: every: int = 100" in result.stdout
     assert "broken  [unavailable: backend 'broken' comes from plugin distribution" in result.stdout
+
+
+def test_an_installed_worker_method_keeps_the_worker_contract(plugin_dir: Path) -> None:
+    # Spawned processes: the worker core seeds each like a worker process and sets its
+    # get_worker_info(), so the batches, ids, seeds and draws are worker processes'.
+    result = run_with_plugins(
+        plugin_dir,
+        """
+        import torch
+        from torch.utils.data import DataLoader
+        from dataloaderx import DataLoaderX
+        from dataloaderx.workers.registry import worker_method_names
+        from tests.helpers import Draws, assert_same
+
+        assert "spawned" in worker_method_names(), worker_method_names()
+        def options():
+            generator = torch.Generator().manual_seed(4)
+            return {"batch_size": 3, "num_workers": 2, "shuffle": True, "generator": generator}
+
+        expected = list(DataLoader(Draws(20), **options()))
+        loader = DataLoaderX(Draws(20), **options(), worker_method="spawned")
+        assert_same(list(loader), expected)
+        print(loader.worker_method, len(expected))
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["spawned", "7"]

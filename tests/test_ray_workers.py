@@ -12,7 +12,6 @@ import gc
 import json
 import os
 import pickle
-import random
 import re
 import signal
 import sys
@@ -32,20 +31,24 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from dataloaderx import DataLoaderX
 from dataloaderx.cli import main
 from tests.helpers import (
+    Draws,
     FailingDataset,
     RangeDataset,
     Sharded,
     StructDataset,
     assert_same,
     run_events,
-    run_python_without_session_ray,
     wait_for,
 )
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'dataloaderx[ray]'")
 
 from dataloaderx.workers import registry  # noqa: E402 - after the skip
-from dataloaderx.workers.ray.group import NAMESPACE  # noqa: E402 - imports ray
+from tests.ray_support import (  # noqa: E402 - imports ray
+    no_actors_or_threads_left,
+    our_actors,
+    places,
+)
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -59,46 +62,9 @@ RAY = {"worker_method": "ray"}
 ON_WORKER_NODES = {"resources": {"loader_node": 1}}
 
 
-def our_actors() -> list[str]:
-    """The names of the worker actors alive in the cluster."""
-    named = ray.util.list_named_actors(all_namespaces=True)
-    return sorted(actor["name"] for actor in named if actor["namespace"] == NAMESPACE)
-
-
-def our_threads(before: set[threading.Thread]) -> list[threading.Thread]:
-    return [
-        thread
-        for thread in threading.enumerate()
-        if thread not in before and thread.is_alive() and thread.name.startswith("dataloaderx")
-    ]
-
-
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
-    """Fail a test that leaves a thread of this package or a worker actor alive (Ray's own
-    processes and threads are Ray's)."""
-    before = set(threading.enumerate())
-    yield
-    gc.collect()
-    clean = wait_for(lambda: not our_threads(before) and not our_actors(), within=30)
-    assert clean, f"left: threads {our_threads(before)}, actors {our_actors()}"
-
-
-class Draws(Dataset[torch.Tensor]):
-    """Item ``i``: ``i``, the worker's id, count and seed, and a draw of each global
-    generator, which a worker process seeds from its seed."""
-
-    def __init__(self, size: int = 37) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        info = get_worker_info()
-        assert info is not None
-        draws = [random.random(), torch.rand(()).item(), numpy.random.rand()]
-        return torch.tensor([index, info.id, info.num_workers, info.seed, *draws])
+    yield from no_actors_or_threads_left()
 
 
 class Inits:
@@ -501,15 +467,6 @@ def test_ray_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
 # 6. Placement, lost workers ---------------------------------------------------------------
 
 
-def places(loader: DataLoaderX[Any]) -> list[Any]:
-    """Where the actors of ``loader``'s kept workers run, by worker id."""
-    names = [name for name in our_actors() if "-w" in name]
-    handles = {
-        int(name.rsplit("-w", 1)[1].split("-")[0]): ray.get_actor(name, NAMESPACE) for name in names
-    }
-    return [ray.get(handles[worker].place.remote()) for worker in sorted(handles)]
-
-
 def test_actors_land_where_worker_options_ask_and_a_killed_one_loses_nothing() -> None:
     head = ray.get_runtime_context().get_node_id()
     reference = DataLoader(Draws(40), batch_size=2, shuffle=True, num_workers=2, **seeded(2))
@@ -538,15 +495,6 @@ def test_actors_land_where_worker_options_ask_and_a_killed_one_loses_nothing() -
     alive = places(loader)
     assert alive[1].pid != victim.pid
     assert alive[1].node_id in nodes
-
-
-def test_a_lost_worker_of_an_iterable_dataset_is_an_error() -> None:
-    loader = DataLoaderX(Sharded(400), batch_size=2, num_workers=2, **RAY)
-    iterator = iter(loader)
-    next(iterator)
-    os.kill(places(loader)[0].pid, signal.SIGKILL)
-    with pytest.raises(RuntimeError, match=r"worker 0 .*was lost.*iterable dataset"):
-        list(iterator)
 
 
 # 7. Nothing leaks -------------------------------------------------------------------------
@@ -592,6 +540,21 @@ def test_epochs_left_early_keep_one_set_of_actors_and_a_dropped_loader_leaves_no
     assert wait_for(lambda: not our_actors(), within=30), our_actors()
 
 
+def test_an_idle_loaders_actors_give_way_to_a_loader_that_does_not_fit_beside_them() -> None:
+    # Each loader's one actor reserves 3 CPUs, which only the head (4 CPUs) has: the two
+    # cannot be placed at once, and each epoch's loader takes the room the idle one leaves.
+    options = {"num_cpus": 3, "placement_timeout_s": 60}
+    loaders = [
+        DataLoaderX(RangeDataset(size), batch_size=2, num_workers=1, worker_options=options, **RAY)
+        for size in (8, 4)
+    ]
+    for size, loader in [*zip((8, 4), loaders, strict=True), (8, loaders[0])]:
+        assert [batch[:, 0].tolist() for batch in loader] == [
+            [index, index + 1] for index in range(0, size, 2)
+        ]
+        assert len(our_actors()) == 1  # the other loader's actor gave way
+
+
 def test_past_max_replacements_a_lost_worker_is_an_error_naming_it() -> None:
     loader = DataLoaderX(
         Slow(40, 0.01), batch_size=2, num_workers=2, worker_options={"max_replacements": 0}, **RAY
@@ -608,29 +571,6 @@ def test_past_max_replacements_a_lost_worker_is_an_error_naming_it() -> None:
 
 
 # 8. Where the workers run ---------------------------------------------------------------
-
-_LOCAL_RAY = """
-import warnings
-import ray
-from dataloaderx import DataLoaderX
-from tests.helpers import RangeDataset
-
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    for _ in range(2):
-        loader = DataLoaderX(RangeDataset(6), batch_size=3, num_workers=1, worker_method="ray")
-        assert [batch[:, 0].tolist() for batch in loader] == [[0, 1, 2], [3, 4, 5]]
-started = [w for w in caught if "started a local Ray" in str(w.message)]
-assert len(started) == 1, [str(w.message) for w in caught]
-assert ray.is_initialized()
-print("ok")
-"""
-
-
-def test_without_a_ray_a_local_one_starts_says_so_once_and_ends_at_exit() -> None:
-    done = run_python_without_session_ray(_LOCAL_RAY, timeout=150)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().endswith("ok")
 
 
 def test_a_loader_with_ray_workers_pickles_without_its_actors() -> None:

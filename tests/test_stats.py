@@ -18,7 +18,7 @@ from dataloaderx.engine import decision as mode_decision
 from dataloaderx.engine.depth import BufferUsage, fixed_usage
 from dataloaderx.engine.stream import Stream, as_stream
 from dataloaderx.epoch.slot import ProducerSlot
-from dataloaderx.stats import LoaderStats
+from dataloaderx.epoch.stats import LoaderStats
 from tests.helpers import (
     RangeDataset,
     SlowDataset,

@@ -16,10 +16,10 @@ from typing import Any, Final
 from torch.utils.data import DataLoader, Dataset
 
 from dataloaderx.bench.progress import Progress
+from dataloaderx.epoch.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEvent
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
-from dataloaderx.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEvent
 from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
 
 __all__ = [

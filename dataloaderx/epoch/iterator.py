@@ -18,7 +18,7 @@ from dataloaderx.epoch.forks import never_finalize_in_children
 from dataloaderx.epoch.position import Position, Tracking
 from dataloaderx.epoch.run import TAIL
 from dataloaderx.epoch.state import SWITCHED, EpochState
-from dataloaderx.stats import EpochStats
+from dataloaderx.epoch.stats import EpochStats
 from dataloaderx.util.wrapping import ClosesOnExit, delegate
 
 T_co = TypeVar("T_co", covariant=True)

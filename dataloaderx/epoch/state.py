@@ -15,7 +15,7 @@ from dataloaderx.epoch.feed import Feed, Skipping, Stop, read_ahead_limit
 from dataloaderx.epoch.position import Position, Tracking
 from dataloaderx.epoch.run import ENDLESS, TAIL
 from dataloaderx.epoch.slot import ProducerSlot
-from dataloaderx.stats import EpochStats, StatsRecorder
+from dataloaderx.epoch.stats import EpochStats, StatsRecorder
 
 T = TypeVar("T")
 

@@ -1,10 +1,12 @@
 """What a worker method implements: :class:`WorkerPool`, the tasks' :class:`Result` and the
 :class:`WorkerSetup` every worker makes its fetcher from.
 
-A pool runs an epoch's tasks on ``num_workers`` workers (threads in this process, actors on
-a cluster, ...); :class:`~dataloaderx.workers.iterator.WorkersIterator` owns everything else
-(order, timeouts, resume, errors), so a new worker method is one pool class, registered in
-:mod:`dataloaderx.workers.registry`. Optional capabilities are methods with defaults here.
+A pool carries an epoch's tasks to ``num_workers`` workers (threads in this process, actors
+on a cluster, ...), each of which runs a :class:`~dataloaderx.workers.core.WorkerCore`;
+:class:`~dataloaderx.workers.iterator.WorkersIterator` keeps the order, the timeouts and
+the errors. A new worker method is one pool class, registered in
+:mod:`dataloaderx.workers.registry` (``docs/writing-a-worker-method.md``). Optional
+capabilities are methods with defaults here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import abc
 import enum
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -58,22 +61,32 @@ class WorkerSetup(NamedTuple):
     pin: tuple[str, int] | None
 
 
+#: Every loader's :class:`KeptWorkers`, for :meth:`KeptWorkers.make_room`.
+_every_kept: weakref.WeakSet[KeptWorkers] = weakref.WeakSet()
+_every_lock = threading.Lock()
+
+
 class KeptWorkers:
     """What a loader keeps of its workers between epochs (for a pool that keeps any), and
     releases when the loader is collected; thread-safe.
 
     A pool :meth:`take` s the workers kept (or starts its own), and gives them back with
     :meth:`keep` when it closes. While another pool still has them, :meth:`take` waits a
-    little: the previous epoch of a loop that left it early is closing.
+    little: the previous epoch of a loop that left it early is closing. Workers kept idle
+    give way to another loader's new ones that do not fit beside them (:meth:`make_room`).
     """
 
     def __init__(self) -> None:
         self._changed = threading.Condition(threading.Lock())
         self._kept: Any = None
         self._release: Callable[[Any], None] | None = None
+        #: When the workers kept were given back.
+        self._kept_at = 0.0
         #: Pools that took (or started) workers and have not given them back.
         self._out = 0
         self._closed = False
+        with _every_lock:
+            _every_kept.add(self)
 
     def __reduce__(self) -> tuple[type[KeptWorkers], tuple[()]]:
         # A copy of the loader (pickled, deep-copied) starts its own workers.
@@ -102,17 +115,38 @@ class KeptWorkers:
             if workers is None or self._closed or self._kept is not None:
                 return False
             self._kept, self._release = workers, release
+            self._kept_at = time.monotonic()
             return True
 
-    def close(self) -> None:
-        """Release the workers kept, and keep none from now on."""
+    def make_room(self) -> bool:
+        """Release the workers another loader keeps idle (the longest idle first), so that
+        new workers of this loader fit; whether any were released."""
+        with _every_lock:
+            others = [kept for kept in _every_kept if kept is not self]
+        idle = [(since, kept) for kept in others if (since := kept._idle_since()) is not None]
+        for _, kept in sorted(idle, key=lambda pair: pair[0]):
+            if kept._release_kept(closing=False):
+                return True
+        return False
+
+    def _idle_since(self) -> float | None:
         with self._changed:
-            self._closed = True
+            return None if self._kept is None else self._kept_at
+
+    def _release_kept(self, *, closing: bool) -> bool:
+        with self._changed:
+            self._closed = self._closed or closing
             kept, release = self._kept, self._release
             self._kept = self._release = None
             self._changed.notify_all()
-        if release is not None:
-            release(kept)
+        if release is None:
+            return False
+        release(kept)
+        return True
+
+    def close(self) -> None:
+        """Release the workers kept, and keep none from now on."""
+        self._release_kept(closing=True)
 
 
 class WorkerPool(abc.ABC):
@@ -130,13 +164,13 @@ class WorkerPool(abc.ABC):
         self,
         setup: WorkerSetup,
         name: str,
-        options: Mapping[str, Any] | None = None,
+        options: Any = None,
         kept: KeptWorkers | None = None,
     ) -> None:
-        """Start the workers; ``options`` are :meth:`check_options`' result, and ``kept`` is
+        """Start the workers; ``options`` is :meth:`check_options`' result, and ``kept`` is
         where the loader keeps workers between its epochs."""
         self._setup = setup
-        self._given_options: Mapping[str, Any] = {} if options is None else options
+        self._options = options
         self._kept = KeptWorkers() if kept is None else kept
         self._start(name)
 
@@ -158,14 +192,16 @@ class WorkerPool(abc.ABC):
             )
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Return the validated ``worker_options``; by default there are none to give."""
+    def check_options(cls, options: Mapping[str, Any]) -> Any:
+        """Check ``worker_options`` (once, when the loader is built) and return what each
+        pool is given as ``options``; raise ``ValueError`` naming a bad key or value. By
+        default there are no options to give."""
         if options:
             raise ValueError(
                 f"worker_options={dict(options)!r} does not apply to worker_method="
                 f"{cls.name!r}, which takes no options; remove worker_options"
             )
-        return options
+        return None
 
     @classmethod
     def counts_as_cores(cls) -> bool:
@@ -185,9 +221,10 @@ class WorkerPool(abc.ABC):
     def receive(self, timeout: float) -> Result | None:
         """The next result, waiting up to ``timeout`` seconds (``None``: none came)."""
 
-    @abc.abstractmethod
     def ended(self) -> list[int]:
-        """The workers that ended and will answer no more tasks."""
+        """The workers that ended and will answer no more tasks; by default none (a pool
+        whose lost workers fail their tasks, or are replaced)."""
+        return []
 
     @abc.abstractmethod
     def close(self) -> None:

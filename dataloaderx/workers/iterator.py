@@ -16,7 +16,6 @@ import os
 import time
 import traceback
 import weakref
-from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import torch
@@ -28,7 +27,6 @@ from dataloaderx.engine.producer import thread_name
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.workers.contract import KeptWorkers, Outcome, Result, WorkerPool, WorkerSetup
 from dataloaderx.workers.info import install
-from dataloaderx.workers.pool import WorkerThreads
 from dataloaderx.workers.schedule import Schedule
 
 __all__ = ["WorkersIterator"]
@@ -52,13 +50,13 @@ def _reraise(wrapper: ExceptionWrapper) -> NoReturn:
 
 class WorkersIterator(_BaseDataLoaderIter):
     """One epoch (or, with ``persistent_workers``, every epoch) of a loader whose workers
-    are a ``pool_class``'s (by default worker threads)."""
+    are a ``pool_class``'s, given its checked ``options``."""
 
     def __init__(
         self,
         loader: DataLoader[Any],
-        pool_class: type[WorkerPool] = WorkerThreads,
-        options: Mapping[str, Any] | None = None,
+        pool_class: type[WorkerPool],
+        options: Any = None,
         kept: KeptWorkers | None = None,
     ) -> None:
         super().__init__(loader)

@@ -1,15 +1,18 @@
-"""The ``worker_method`` argument: which kind of worker makes the batches; its checks."""
+"""The ``worker_method`` and ``worker_options`` arguments: which kind of worker makes the
+batches, with which options; both checked and resolved once, into :class:`Workers`."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
 from torch.utils.data import DataLoader
 from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from dataloaderx.util.suggest import did_you_mean, quoted
+from dataloaderx.workers.contract import WorkerPool
 from dataloaderx.workers.registry import (
     MULTIPROCESSING,
     RAY,
@@ -25,9 +28,9 @@ __all__ = [
     "THREAD",
     "WORKER_METHODS",
     "WorkerMethod",
-    "check_worker_method",
-    "check_worker_options",
+    "Workers",
     "dataloader_takes_worker_method",
+    "resolve_workers",
 ]
 
 #: The built-in worker methods (plugins add theirs: ``worker_method_names()``).
@@ -42,16 +45,76 @@ def dataloader_takes_worker_method(loader_class: type[Any] = DataLoader) -> bool
     return "worker_method" in inspect.signature(loader_class.__init__).parameters
 
 
-def check_worker_method(
-    worker_method: object, *, num_workers: int, dataset: object, multiprocessing_context: Any
-) -> WorkerMethod:
-    """Return ``worker_method`` if it is valid with the other arguments, else raise.
+@dataclass(frozen=True)
+class Workers:
+    """``worker_method`` and ``worker_options`` resolved once, when the loader is built."""
+
+    method: WorkerMethod
+    #: The pool that runs the workers; ``None`` where ``DataLoader`` runs its own (worker
+    #: processes, and the worker threads of a torch that has them).
+    pool: type[WorkerPool] | None
+    #: ``pool.check_options``' result, given to each pool the loader starts.
+    options: Any
+
+    def counts_as_cores(self) -> bool:
+        """Whether ``num_workers`` beyond this machine's cores deserves ``DataLoader``'s
+        warning."""
+        return self.method == MULTIPROCESSING or (
+            self.pool is not None and self.pool.counts_as_cores()
+        )
+
+
+def resolve_workers(
+    worker_method: object,
+    worker_options: object,
+    *,
+    num_workers: int,
+    dataset: object,
+    multiprocessing_context: Any,
+) -> Workers:
+    """The :class:`Workers` of these loader arguments; raise, naming the argument and the
+    fix, where they do not fit together.
 
     With workers that are not processes, ``multiprocessing_context`` is an error (no
     process starts, so a start method would be silently ignored), and so is a datapipe
     dataset (each worker process would shard its own copy of the graph). Without workers,
-    ``DataLoader``'s own checks apply.
+    ``DataLoader``'s own checks apply, and ``worker_options`` must be empty.
     """
+    method = _checked_name(worker_method)
+    options: Mapping[str, Any] = {} if worker_options is None else worker_options  # type: ignore[assignment]
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"worker_options must be a mapping such as {{'num_cpus': 1}} or None, "
+            f"got {worker_options!r} ({type(worker_options).__name__})"
+        )
+    with_workers = isinstance(num_workers, int) and num_workers > 0
+    if options and (method == MULTIPROCESSING or not with_workers):
+        raise ValueError(
+            f"worker_options={dict(options)!r} needs workers that take options, and "
+            f"worker_method={method!r} with num_workers={num_workers!r} has none; "
+            "remove worker_options, or use worker_method='ray' with num_workers > 0"
+        )
+    if method == MULTIPROCESSING:
+        return Workers(method, None, None)
+    pool = pool_class(method)
+    if with_workers:
+        pool.check_arguments(
+            num_workers=num_workers,
+            dataset=dataset,
+            multiprocessing_context=multiprocessing_context,
+        )
+        if isinstance(dataset, (IterDataPipe, MapDataPipe)):
+            raise ValueError(
+                f"worker_method={method!r} cannot shard the datapipe "
+                f"{type(dataset).__name__}: each worker process shards its own copy of the "
+                "graph, which these workers do not have; use worker_method='multiprocessing'"
+            )
+    checked = pool.check_options(options)
+    torch_runs = method == THREAD and dataloader_takes_worker_method()
+    return Workers(method, None if torch_runs else pool, checked)
+
+
+def _checked_name(worker_method: object) -> WorkerMethod:
     if not isinstance(worker_method, str):
         raise TypeError(
             f"worker_method must be one of {quoted(worker_method_names())}, "
@@ -63,38 +126,4 @@ def check_worker_method(
             f"worker_method must be one of {quoted(names)}, got {worker_method!r}"
             f"{did_you_mean(worker_method, names)}"
         )
-    method = cast(WorkerMethod, worker_method)
-    if worker_method == MULTIPROCESSING or not (isinstance(num_workers, int) and num_workers > 0):
-        return method
-    pool = pool_class(worker_method)
-    pool.check_arguments(
-        num_workers=num_workers, dataset=dataset, multiprocessing_context=multiprocessing_context
-    )
-    if isinstance(dataset, (IterDataPipe, MapDataPipe)):
-        raise ValueError(
-            f"worker_method={worker_method!r} cannot shard the datapipe "
-            f"{type(dataset).__name__}: each worker process shards its own copy of the "
-            "graph, which these workers do not have; use worker_method='multiprocessing'"
-        )
-    return method
-
-
-def check_worker_options(
-    worker_method: str, num_workers: int, worker_options: Mapping[str, Any] | None
-) -> Mapping[str, Any]:
-    """Return ``worker_options`` validated for ``worker_method`` (``{}`` for ``None``)."""
-    options: Mapping[str, Any] = {} if worker_options is None else worker_options
-    if not isinstance(options, Mapping):
-        raise TypeError(
-            f"worker_options must be a mapping such as {{'num_cpus': 1}} or None, "
-            f"got {worker_options!r} ({type(worker_options).__name__})"
-        )
-    if worker_method == MULTIPROCESSING or not (isinstance(num_workers, int) and num_workers > 0):
-        if options:
-            raise ValueError(
-                f"worker_options={dict(options)!r} needs workers that take options, and "
-                f"worker_method={worker_method!r} with num_workers={num_workers!r} has none; "
-                "remove worker_options, or use worker_method='ray' with num_workers > 0"
-            )
-        return options
-    return pool_class(worker_method).check_options(options)
+    return cast(WorkerMethod, worker_method)

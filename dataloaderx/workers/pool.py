@@ -1,30 +1,25 @@
 """Worker threads: each runs the tasks sent to it, in order, as a worker process does.
 
-A worker thread keeps the worker contract of ``DataLoader``'s worker processes: it sets its
-``get_worker_info()``, calls ``worker_init_fn(worker_id)`` once, makes its fetcher (an
-iterable dataset's ``iter()`` runs in the thread), and answers every task with one outcome:
-the batch (pinned, where the loader pins), the batch's error, or the end of its iterable.
-Threads share the process, so unlike a process a thread reseeds no global generator; as
-a process, it runs torch on one intra-op thread where that setting can be the thread's own
-(:mod:`dataloaderx.workers.intra_op`).
+Each thread runs a :class:`~dataloaderx.workers.core.WorkerCore` (the worker contract),
+pinning its batches where the loader pins. Threads share the process, so unlike a process
+a thread reseeds no global generator; as a process, it runs torch on one intra-op thread
+where that setting can be the thread's own (:mod:`dataloaderx.workers.intra_op`).
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
-from torch._utils import ExceptionWrapper
 from torch.utils.data._utils.pin_memory import pin_memory
-from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS, POLL_SECONDS
 from dataloaderx.workers.contract import Outcome, Result, WorkerPool
-from dataloaderx.workers.info import set_thread_info, worker_info
+from dataloaderx.workers.core import WorkerCore, WorkerKind
 from dataloaderx.workers.intra_op import one_intra_op_thread
 
 __all__ = ["WorkerThreads"]
@@ -127,11 +122,17 @@ class WorkerThreads(WorkerPool):
         one_thread = one_intra_op_thread()
         if one_thread is not None:  # before worker_init_fn, which may set another count
             one_thread()
-        set_thread_info(worker_info(setup.dataset, worker, setup.num_workers, setup.base_seed))
-        # An error here is the outcome of the worker's tasks: its first, as in a worker process,
-        # and the later ones too (there a worker process raises an UnboundLocalError).
-        fetcher, failure = self._fetcher(worker, setup.init_fn)
-        exhausted = False
+        core = WorkerCore(
+            lambda: setup,
+            worker,
+            kind=WorkerKind.THREAD,
+            method=self.name,
+            where=f"in DataLoader worker thread {worker}",
+            finish=None
+            if setup.pin is None
+            else functools.partial(pin_memory, device=setup.pin[0]),
+        )
+        core.start_epoch(setup.base_seed, fresh=True)
         inbox = self._inboxes[worker]
         while not self._stop.is_set():
             try:
@@ -141,59 +142,12 @@ class WorkerThreads(WorkerPool):
             if task == _STOP:
                 return
             if isinstance(task, str):  # a new epoch: a new fetcher, as a worker process makes
-                fetcher, failure = self._fetcher(worker, None)
-                exhausted = False
+                core.start_epoch(setup.base_seed, fresh=False)
                 continue
             if task.epoch != self.epoch:
                 continue  # an earlier epoch's, not started
-            if failure is not None:
-                outcome, payload = Outcome.FAILED, failure
-            elif exhausted:
-                outcome, payload = Outcome.EXHAUSTED, None
-            else:
-                outcome, payload = self._run(fetcher, task.indices, worker)
-                exhausted = outcome is Outcome.EXHAUSTED
+            outcome, payload = core.run(task.indices)
             self._results.put(Result(task.epoch, task.task, worker, outcome, payload))
             del payload
             if outcome is Outcome.FATAL:
                 return
-
-    def _fetcher(
-        self, worker: int, init_fn: Callable[[int], None] | None
-    ) -> tuple[Any, ExceptionWrapper | None]:
-        """Run ``init_fn``, then make the fetcher; or say why that failed."""
-        setup = self._setup
-        try:
-            if init_fn is not None:
-                init_fn(worker)
-            fetcher = _DatasetKind.create_fetcher(  # type: ignore[no-untyped-call]
-                setup.dataset_kind,
-                setup.dataset,
-                setup.auto_collation,
-                setup.collate_fn,
-                setup.drop_last,
-            )
-        except Exception:  # noqa: BLE001 - handed to the loop
-            return None, _wrapped(worker)
-        return fetcher, None
-
-    def _run(self, fetcher: Any, indices: Any, worker: int) -> tuple[Outcome, Any]:
-        pin = self._setup.pin
-        try:
-            data = fetcher.fetch(indices)
-            if pin is not None:
-                data = pin_memory(data, pin[0])  # type: ignore[no-untyped-call]
-        except StopIteration:
-            if self._setup.dataset_kind == _DatasetKind.Iterable:
-                return Outcome.EXHAUSTED, None
-            return Outcome.FAILED, _wrapped(worker)
-        except Exception:  # noqa: BLE001 - handed to the loop
-            return Outcome.FAILED, _wrapped(worker)
-        except BaseException as exc:  # noqa: BLE001 - the loop raises it
-            return Outcome.FATAL, exc
-        return Outcome.BATCH, data
-
-
-def _wrapped(worker: int) -> ExceptionWrapper:
-    """The exception being handled, as a worker process hands it over (type, traceback)."""
-    return ExceptionWrapper(where=f"in DataLoader worker thread {worker}")  # type: ignore[no-untyped-call]

@@ -14,6 +14,7 @@ import importlib.metadata
 import threading
 from typing import Final, NoReturn
 
+from dataloaderx.errors import WorkerMethodUnavailableError
 from dataloaderx.util.plugins import entry_points, subclass_or_none
 from dataloaderx.workers.contract import WorkerPool
 
@@ -22,7 +23,6 @@ __all__ = [
     "MULTIPROCESSING",
     "RAY",
     "THREAD",
-    "WorkerMethodUnavailableError",
     "is_worker_method",
     "pool_class",
     "worker_method_names",
@@ -38,10 +38,6 @@ _BUILTINS: Final[dict[str, tuple[str, str | None]]] = {
     THREAD: ("dataloaderx.workers.pool:WorkerThreads", None),
     RAY: ("dataloaderx.workers.ray.pool:RayWorkers", "ray"),
 }
-
-
-class WorkerMethodUnavailableError(ImportError):
-    """A worker method's pool cannot be imported (a missing package or a broken plugin)."""
 
 
 _lock = threading.Lock()

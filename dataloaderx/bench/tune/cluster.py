@@ -8,7 +8,8 @@ import sys
 from dataclasses import dataclass
 
 from dataloaderx.bench.errors import BenchError
-from dataloaderx.workers.registry import RAY, WorkerMethodUnavailableError, pool_class
+from dataloaderx.errors import WorkerMethodUnavailableError
+from dataloaderx.workers.registry import RAY, pool_class
 
 __all__ = ["RayCluster", "connect_cluster", "ray_reason"]
 

@@ -1,32 +1,41 @@
-"""A loader's Ray actors: one per worker, kept between epochs, replaced when lost.
+"""A loader's Ray actors: one per worker, kept between epochs, replaced when lost, ended
+when dropped (``docs/design.md``, "Worker threads and Ray workers").
 
-The group asks for the actors' resources (a placement group, one bundle per worker), starts
-the actors, and ships the dataset to the object store once (``ray.put``) while they are
-placed and start (each takes it with its first epoch); then it waits for the placement.
-The actors are named actors in the namespace :data:`NAMESPACE`, named
-``<group>-w<worker>-g<generation>``; the group's name is unique per loader, so the actors
-of a loader can be found and counted.
-A replacement keeps its worker's id and bundle. :meth:`ActorGroup.kill` ends every actor.
-The results of tasks an epoch no longer wants are read and dropped once they come
-(:meth:`ActorGroup.abandon`): a batch in shared memory is freed only when read.
+The actors are named ``<group>-w<worker>-g<generation>`` in the namespace
+:data:`NAMESPACE`. They, their reservation and their shared-memory files end with the
+group: at :meth:`ActorGroup.kill`, or once nothing holds the group, and without a Ray call
+after the ``ray.init`` they were made under is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
+import os
 import time
 import uuid
 import weakref
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import ray
 from ray.util import scheduling_strategies
 
-from dataloaderx.workers.ray.actor import CONTROL, Place, RayWorker
-from dataloaderx.workers.ray.cluster import connect, release, reserve, wait_reserved
+from dataloaderx.workers.contract import WorkerSetup
+from dataloaderx.workers.ray.actor import CONTROL, Place, RayWorker, payload
+from dataloaderx.workers.ray.cluster import (
+    RayGone,
+    calls,
+    connect,
+    release,
+    reserve,
+    session,
+    wait_reserved,
+)
 from dataloaderx.workers.ray.options import RayOptions
-from dataloaderx.workers.ray.shared import SharedMemory, machine, remove_files
+from dataloaderx.workers.ray.shared import SharedMemory, files_prefix, machine, remove_files
 
 __all__ = ["NAMESPACE", "ActorGroup", "ActorSlot", "SlotState"]
 
@@ -64,86 +73,117 @@ class ActorSlot:
         return f"Ray actor {self.name} {where}"
 
 
-def _picklable_member(value: Any) -> str:
-    """The first attribute of ``value`` cloudpickle cannot pickle, described."""
-    for name, member in vars(value).items() if hasattr(value, "__dict__") else ():
-        try:
-            ray.cloudpickle.dumps(member)  # type: ignore[no-untyped-call]
-        except Exception as exc:  # noqa: BLE001 - what to report
-            return f"its member {name!r} ({type(member).__name__}) cannot be pickled ({exc})"
-    return "it cannot be pickled"
+@dataclass
+class _Owned:
+    """What ends with a group; shared with its finaliser, which must not hold the group."""
+
+    session: tuple[str, str]
+    prefix: str
+    pid: int = field(default_factory=os.getpid)
+    handles: dict[int, Any] = field(default_factory=dict)
+    placement: Any = None
 
 
-def shipped(what: str, value: Any, fix: str) -> Any:
-    """``value`` in the object store; an error names ``what`` and the member that fails."""
+def _end(owned: _Owned) -> None:
+    """End the actors and the reservation of ``owned`` (where this process made them, and
+    its Ray is still theirs), and remove their shared-memory files."""
+    if owned.pid != os.getpid():  # a forked child has none of these
+        return
     try:
-        return ray.put(value)
-    except Exception as exc:
-        raise TypeError(
-            f"{what}={type(value).__name__} cannot be sent to Ray workers: "
-            f"{_picklable_member(value)}; {fix}, or use worker_method='thread'"
-        ) from exc
+        with contextlib.suppress(RayGone), calls():
+            if session() == owned.session:
+                for handle in owned.handles.values():
+                    _kill(handle)
+                release(owned.placement)
+    finally:
+        owned.handles.clear()
+        owned.placement = None
+        remove_files(owned.prefix)
+
+
+def _key(options: RayOptions, setup: WorkerSetup) -> tuple[Any, ...]:
+    """What a group is made for: the options, and the arguments shipped (the objects
+    themselves: the group holds them, so that their ids stay theirs)."""
+    objects = (setup.dataset, setup.collate_fn, setup.init_fn)
+    flags = (setup.dataset_kind, setup.auto_collation, setup.drop_last, setup.num_workers)
+    return options, flags, tuple(map(id, objects))
+
+
+def _kill(handle: Any) -> None:
+    with contextlib.suppress(Exception):  # an actor already gone needs no ending
+        ray.kill(handle, no_restart=True)
 
 
 class ActorGroup:
-    """``num_workers`` actors holding ``dataset``; the caller serialises calls."""
+    """``setup.num_workers`` actors for ``setup``; ``make_room()`` ends another loader's idle
+    actors where these do not fit. The caller serialises calls, inside
+    :func:`~dataloaderx.workers.ray.cluster.calls`."""
 
-    def __init__(self, options: RayOptions, num_workers: int, dataset: Any) -> None:
-        connect()
+    def __init__(
+        self, options: RayOptions, setup: WorkerSetup, make_room: Callable[[], object]
+    ) -> None:
+        local = connect(without_authentication=options.start_local_ray_without_authentication)
         self.options = options
-        self.num_workers = num_workers
-        self.name = f"dataloaderx-{uuid.uuid4().hex[:12]}"
+        self.setup = setup
+        self.num_workers = setup.num_workers
+        token = uuid.uuid4().hex[:12]
+        self.name = f"dataloaderx-{token}"
+        # On a Ray this process started, actors share the cores, as worker processes do.
+        placed = dataclasses.replace(options, num_cpus=0.0) if local else options
+        prefix = files_prefix(token)
+        here = machine() if options.handover == "auto" else None
+        self._shared = None if here is None else SharedMemory(here, prefix)
+        self._placed = placed
+        self._owned = _Owned(session(), prefix)
+        self._finalizer = weakref.finalize(self, _end, self._owned)
         #: The number of the latest task sent to any actor of the group.
         self._tickets = 0
-        #: Where actors that run on this machine hand batches over in shared memory.
-        here = machine() if options.handover == "auto" else None
-        self._shared = None if here is None else SharedMemory(here, self.name)
         #: Results of tasks no longer wanted, not yet come.
         self._abandoned: list[Any] = []
-        #: Removes the actors' shared-memory files left (at :meth:`kill`, or at exit).
-        self._remove_files = weakref.finalize(self, remove_files, self.name)
-        self._placement = reserve(options, num_workers)
         self.slots: list[ActorSlot] = []
         try:
-            for worker in range(num_workers):
+            self._owned.placement = reserve(placed, self.num_workers)
+            for worker in range(self.num_workers):
                 self.slots.append(self._start(worker, 0, SlotState.STARTING))
-            #: The dataset in the object store, for every actor's first epoch.
-            self.dataset_ref = shipped(
-                "dataset",
-                dataset,
-                "make every member picklable with cloudpickle (open files, locks and "
-                "connections in worker_init_fn or on first use instead)",
-            )
-            wait_reserved(self._placement, options, num_workers)
+            #: The loader's arguments in the object store, for every actor's first epoch.
+            self.payload_ref = ray.put(payload(setup))
+            wait_reserved(self._owned.placement, placed, self.num_workers, make_room)
+            for slot in self.slots:  # the time to start counts once they are placed
+                slot.deadline = time.monotonic() + placed.placement_timeout_s
         except BaseException:
             self.kill()
             raise
 
+    def fits(self, options: RayOptions, setup: WorkerSetup) -> bool:
+        """Whether this group serves a pool with these arguments, under the Ray in use."""
+        try:
+            with calls():
+                same_ray = self._owned.session == session()
+        except RayGone:  # not initialised now: the group's Ray is gone
+            return False
+        return same_ray and _key(self.options, self.setup) == _key(options, setup)
+
     def _start(self, worker: int, generation: int, state: SlotState) -> ActorSlot:
-        options = self.options
+        options = self._placed
         strategy: Any = options.scheduling_strategy
-        if self._placement is not None:
+        if self._owned.placement is not None:
             strategy = scheduling_strategies.PlacementGroupSchedulingStrategy(
-                self._placement, placement_group_bundle_index=worker
+                self._owned.placement, placement_group_bundle_index=worker
             )
         name = f"{self.name}-w{worker}-g{generation}"
-        actor_options: dict[str, Any] = {
-            "name": name,
-            "namespace": NAMESPACE,
-            "num_cpus": options.num_cpus,
-            "num_gpus": options.num_gpus,
-            "resources": dict(options.resources),
-            "scheduling_strategy": strategy,
-            "max_restarts": 0,
-            "max_task_retries": 0,
-        }
-        if options.memory is not None:
-            actor_options["memory"] = options.memory
-        if options.runtime_env is not None:
-            actor_options["runtime_env"] = dict(options.runtime_env)
-        handle = _RemoteWorker.options(**actor_options).remote(
-            worker, self.num_workers, self._shared
-        )
+        optional = {"memory": options.memory, "runtime_env": options.runtime_env}
+        handle = _RemoteWorker.options(
+            name=name,
+            namespace=NAMESPACE,
+            num_cpus=options.num_cpus,
+            num_gpus=options.num_gpus,
+            resources=dict(options.resources),
+            scheduling_strategy=strategy,
+            max_restarts=0,
+            max_task_retries=0,
+            **{key: value for key, value in optional.items() if value is not None},
+        ).remote(worker, self._shared)
+        self._owned.handles[worker] = handle
         deadline = time.monotonic() + options.placement_timeout_s
         return ActorSlot(handle, name, generation, state, handle.place.remote(), deadline)
 
@@ -164,16 +204,14 @@ class ActorGroup:
 
     def drop_abandoned(self) -> None:
         """Read and drop the results let go of that have come, without waiting."""
-        if not self._abandoned or not ray.is_initialized():
+        if not self._abandoned:
             return
         ready, self._abandoned = ray.wait(
             self._abandoned, num_returns=len(self._abandoned), timeout=0, fetch_local=False
         )
         for result in ready:
-            try:
+            with contextlib.suppress(Exception):  # a result nobody wants, lost or not
                 ray.get(result, timeout=0)
-            except Exception:  # noqa: BLE001 - a result nobody wants, lost or not
-                continue
 
     def replace(self, worker: int) -> ActorSlot:
         """Start a new actor for ``worker`` (the old one is lost), and return its slot."""
@@ -186,24 +224,8 @@ class ActorGroup:
     def forget_reservation(self) -> None:
         """Leave the reservation of a cluster that went away to it: asked to free it, a GCS
         gone keeps the caller waiting until Ray's own limit (60 s) ends the process."""
-        self._placement = None
+        self._owned.placement = None
 
     def kill(self) -> None:
         """End every actor and free the reservation (as far as Ray is still there)."""
-        try:
-            self.drop_abandoned()
-            for slot in self.slots:
-                _kill(slot.handle)
-            release(self._placement)
-            self._placement = None
-        finally:
-            self._remove_files()
-
-
-def _kill(handle: Any) -> None:
-    if not ray.is_initialized():
-        return
-    try:
-        ray.kill(handle, no_restart=True)
-    except Exception:  # noqa: BLE001 - an actor already gone needs no ending
-        return
+        self._finalizer()

@@ -1,14 +1,15 @@
 """``worker_options`` of ``worker_method="ray"``: the actors' Ray options and the loader's
-own (reservation timeout, bounded replacements), checked without importing Ray."""
+own (reservation timeout, bounded replacements, the hand-over, a local Ray's
+authentication)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from dataloaderx.util.suggest import did_you_mean, quoted
+from dataloaderx.workers.option_checks import bad, check_keys, choice, count, flag, number
 
 __all__ = ["HANDOVERS", "RayOptions", "parse_options"]
 
@@ -39,6 +40,8 @@ class RayOptions:
     max_replacements: int = 4
     #: One of :data:`HANDOVERS`.
     handover: str = "auto"
+    #: Start a local Ray even where ``RAY_AUTH_MODE`` turns its authentication off.
+    start_local_ray_without_authentication: bool = False
 
     def bundle(self) -> dict[str, float]:
         """The resources of one actor, as a placement-group bundle (zeros left out)."""
@@ -48,27 +51,15 @@ class RayOptions:
         return {name: amount for name, amount in wanted.items() if amount}
 
 
-def _bad(key: str, value: object, wanted: str) -> ValueError:
-    return ValueError(f"worker_options[{key!r}] must be {wanted}, got {value!r}")
-
-
-def _number(key: str, value: object, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(key, value, "a finite number")
-    if value < 0 or (positive and value == 0):
-        raise _bad(key, value, "a number > 0" if positive else "a number >= 0")
-    return float(value)
-
-
 def _resources(value: object) -> dict[str, float]:
     if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
-        raise _bad("resources", value, "a mapping of resource names to amounts")
-    return {name: _number(f"resources.{name}", amount) for name, amount in value.items()}
+        raise bad("resources", value, "a mapping of resource names to amounts")
+    return {name: number(f"resources.{name}", amount) for name, amount in value.items()}
 
 
 def _strategy(value: object) -> Any:
     if isinstance(value, str) and value not in _STRATEGY_NAMES:
-        raise _bad(
+        raise bad(
             "scheduling_strategy",
             value,
             f"one of {quoted(_STRATEGY_NAMES)} or a Ray scheduling strategy object"
@@ -79,52 +70,30 @@ def _strategy(value: object) -> Any:
 
 def _runtime_env(value: object) -> Mapping[str, Any] | None:
     if value is not None and not isinstance(value, Mapping):
-        raise _bad("runtime_env", value, "a mapping (Ray's runtime_env) or None")
+        raise bad("runtime_env", value, "a mapping (Ray's runtime_env) or None")
     return value
 
 
 def _memory(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise _bad("memory", value, "a number of bytes > 0 or None")
-    return value
+    return None if value is None else count("memory", value, least=1)
 
 
-def _replacements(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _bad("max_replacements", value, "an int >= 0")
-    return value
-
-
-def _handover(value: object) -> str:
-    if not isinstance(value, str) or value not in HANDOVERS:
-        name = value if isinstance(value, str) else ""
-        raise _bad("handover", value, f"one of {quoted(HANDOVERS)}{did_you_mean(name, HANDOVERS)}")
-    return value
-
-
-_PARSERS: Final = {
-    "num_cpus": lambda value: _number("num_cpus", value),
-    "num_gpus": lambda value: _number("num_gpus", value),
+_PARSERS: Final[dict[str, Callable[[Any], Any]]] = {
+    "num_cpus": lambda value: number("num_cpus", value),
+    "num_gpus": lambda value: number("num_gpus", value),
     "memory": _memory,
     "resources": _resources,
     "scheduling_strategy": _strategy,
     "runtime_env": _runtime_env,
-    "placement_timeout_s": lambda value: _number("placement_timeout_s", value, positive=True),
-    "max_replacements": _replacements,
-    "handover": _handover,
+    "placement_timeout_s": lambda value: number("placement_timeout_s", value, positive=True),
+    "max_replacements": lambda value: count("max_replacements", value),
+    "handover": lambda value: choice("handover", value, HANDOVERS),
+    "start_local_ray_without_authentication": lambda value: flag(
+        "start_local_ray_without_authentication", value
+    ),
 }
 
 
 def parse_options(options: Mapping[str, Any]) -> RayOptions:
     """The :class:`RayOptions` ``options`` give; ``ValueError`` names a bad key or value."""
-    for key in options:
-        if key not in _PARSERS:
-            name = key if isinstance(key, str) else repr(key)
-            raise ValueError(
-                f"unknown worker_options key {key!r} (value {options[key]!r}) for "
-                f"worker_method='ray'; valid keys: {quoted(_PARSERS)}"
-                f"{did_you_mean(name, list(_PARSERS))}"
-            )
-    return RayOptions(**{key: _PARSERS[key](value) for key, value in options.items()})
+    return RayOptions(**check_keys("ray", options, _PARSERS))

@@ -1,20 +1,20 @@
-"""``Recovery``: what a lost Ray actor means, and which actor runs its worker's tasks.
-
-A lost actor (its process or node died) is replaced by a new actor for the same worker id
-and seed, with a warning that names the worker and the node; until the new actor answers,
-its worker's tasks go to actors that are ready, in turn (to its own where none is). An
-iterable dataset's worker cannot be replaced (its position in its shard is lost with it):
-that is an error, as is a replacement past ``max_replacements``.
+"""``Recovery``: what a lost Ray actor means (a replacement, with a warning, or an error for
+the epoch), and which actor runs its worker's tasks meanwhile; ``docs/ray-workers.md``,
+"Fault tolerance".
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
+from typing import Any
 
 from dataloaderx.workers.ray.group import ActorGroup, ActorSlot, SlotState
 
 __all__ = ["Recovery", "first_line"]
+
+#: Actors a batch may end before it is taken for the cause.
+_DEATHS_PER_BATCH = 2
 
 
 class Recovery:
@@ -26,12 +26,16 @@ class Recovery:
         self._iterable = iterable
         self._replacements = 0
         self._turns = itertools.cycle(range(group.num_workers))
+        #: Workers that handed over a result this epoch (the caller's to fill and clear).
+        self.delivered: set[int] = set()
+        #: The actors each batch ended.
+        self._deaths: dict[int, list[str]] = {}
 
     def runner(self, worker: int) -> int:
         """The worker whose actor runs a task of ``worker``: its own, unless it is being
-        replaced and another is ready."""
+        replaced and another is ready (never another for an iterable's, which has a shard)."""
         slots = self._group.slots
-        if slots[worker].state is not SlotState.REPLACING:
+        if self._iterable or slots[worker].state is not SlotState.REPLACING:
             return worker
         for _ in range(len(slots)):
             other = next(self._turns)
@@ -39,16 +43,28 @@ class Recovery:
                 return other
         return worker
 
-    def lost(self, worker: int, slot: ActorSlot, cause: BaseException) -> None:
-        """Count the replacement of ``worker``'s lost actor ``slot`` and warn (where the
-        caller is); raise where it may not be replaced."""
+    def lost(self, worker: int, slot: ActorSlot, cause: BaseException, making: Any) -> None:
+        """Count the replacement of ``worker``'s lost actor ``slot``, which died making the
+        task ``making`` (its number, indices and worker), and warn (where the caller is);
+        raise where it may not be replaced, or where that batch ended two actors."""
+        task, indices, owner = making
+        deaths = self._deaths.setdefault(task, [])
+        deaths.append(f"{slot}: {first_line(cause)}")
+        if len(deaths) >= _DEATHS_PER_BATCH:
+            raise RuntimeError(
+                f"DataLoader worker {owner}'s batch of indices {indices} ended the process "
+                f"of {len(deaths)} Ray actors in turn ({'; '.join(deaths)}), so no other is "
+                "given it; make those items loadable (a crash in native code, an "
+                "out-of-memory kill?), or leave them out of the sampler"
+            ) from cause
         reason = first_line(cause)
-        if self._iterable:
+        if self._iterable and worker in self.delivered:
             raise RuntimeError(
                 f"DataLoader worker {worker} ({slot}) was lost: {reason}. An iterable "
-                "dataset's worker cannot be replaced (its place in its shard is lost with "
-                "it), so the epoch cannot complete; resume from a checkpoint, or use a "
-                "map-style dataset, whose batches a new worker can make again"
+                "dataset's worker cannot be replaced mid-epoch (its place in its shard is "
+                "lost with it), so this epoch cannot complete; the next one starts on a new "
+                "actor. Resume from a checkpoint, or use a map-style dataset, whose batches "
+                "a new worker can make again"
             ) from cause
         if self._replacements >= self._max_replacements:
             raise RuntimeError(

@@ -1,34 +1,37 @@
 """A batch's hand-over on the loop's own machine: tensors in shared-memory files, by name.
 
-An actor that runs where the loop runs (:func:`machine` is the same: the same boot, the same
-``/dev/shm``) makes the shared memory a worker process would make (``default_collate``
-stacks a worker's batch into it) as files ``/dev/shm/<prefix>-<pid>-<n>``
-(:func:`share_by_name`), and sends each tensor in one as the file's name
-(:func:`segment`). Each file's pages are allocated and mapped in one call as it is made
-(``madvise(MADV_POPULATE_WRITE)``, Linux 5.14 and later), not one page fault at a time
-as the batch is written. The loop maps the file and removes its name at once (:func:`_mapped`),
-so the memory is freed with the loop's last view of it, whatever becomes of the actor.
-A file whose batch the loop never reads (an epoch left while it was under way) is removed
-when it is read and dropped, or with the others of its prefix (:func:`remove_files`) when
-the loader's actors end, and again at exit (an actor ends a little after it is told to).
+An actor where the loop runs (:func:`machine` is the same) makes the shared memory a worker
+process would make as files ``/dev/shm/<prefix>-<pid>-<n>`` (:func:`share_by_name`), each
+one's pages allocated in one call; the loop maps a file and removes its name at once
+(:func:`mapped`). The group's files left are removed when its actors end, and the reaper
+removes this process's (:func:`files_prefix`) once it has ended, however it ends.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import errno
+import functools
 import glob
 import itertools
 import os
-import threading
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 import torch
 
-__all__ = ["SharedMemory", "machine", "remove_files", "segment", "share_by_name"]
+from dataloaderx.util.reaper import reap_at_exit
+
+__all__ = [
+    "SharedMemory",
+    "file_of",
+    "files_prefix",
+    "machine",
+    "mapped",
+    "remove_files",
+    "share_by_name",
+]
 
 _DIRECTORY = "/dev/shm"
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -98,64 +101,40 @@ def _populate_function() -> Callable[[int, int, str], None]:
     return populate
 
 
-#: Prefixes whose files were removed, to remove again at exit; guarded by ``_lock``.
-_removed: set[str] = set()
-_lock = threading.Lock()
+@functools.cache
+def _process_prefix(pid: int) -> str:
+    reap_at_exit(files=f"{_DIRECTORY}/dataloaderx-{pid}-*")
+    return f"dataloaderx-{pid}"
+
+
+def files_prefix(group: str) -> str:
+    """The prefix of the files of ``group``'s actors: this process's (whose files the
+    reaper removes once it has ended, however it ends), then the group's."""
+    return f"{_process_prefix(os.getpid())}-{group}"
 
 
 def remove_files(prefix: str) -> None:
-    """Remove the shared-memory files named ``prefix`` that are left, now and at exit."""
-    with _lock:
-        if not _removed:
-            atexit.register(_remove_again)
-        _removed.add(prefix)
-    _remove(prefix)
-
-
-def _remove(prefix: str) -> None:
+    """Remove the shared-memory files named ``prefix`` that are left."""
     for path in glob.glob(f"{_DIRECTORY}/{glob.escape(prefix)}-*"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
 
-def _remove_again() -> None:
-    with _lock:
-        prefixes = list(_removed)
-    for prefix in prefixes:
-        _remove(prefix)
-
-
-class _Segment:
-    """A tensor on its way from an actor, as its file's name and its layout."""
-
-    __slots__ = ("layout", "nbytes", "path")
-
-    def __init__(self, path: str, nbytes: int, layout: tuple[Any, ...]) -> None:
-        self.path, self.nbytes, self.layout = path, nbytes, layout
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _mapped, (self.path, self.nbytes, self.layout)
-
-
-def segment(tensor: torch.Tensor, prefix: str) -> _Segment | None:
-    """``tensor`` as its file's name when it is in a file named ``prefix`` (in the actor);
-    else ``None``."""
-    if tensor.device.type != "cpu":
-        return None
-    storage = tensor.untyped_storage()
+def file_of(storage: torch.UntypedStorage, prefix: str | None) -> str | None:
+    """The name of the shared-memory file named ``prefix`` that holds ``storage`` (in the
+    actor), or ``None``."""
     path = storage.filename
-    if path is None or not path.startswith(f"{_DIRECTORY}/{prefix}-"):
+    if prefix is None or path is None or not path.startswith(f"{_DIRECTORY}/{prefix}-"):
         return None
-    layout = (tensor.dtype, tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
-    return _Segment(path, storage.nbytes(), layout)
+    return path
 
 
-def _mapped(path: str, nbytes: int, layout: tuple[Any, ...]) -> torch.Tensor:
-    """The tensor in the file ``path``, mapped in the loop; the file's name removed."""
+def mapped(path: str, nbytes: int) -> torch.UntypedStorage:
+    """The storage in the file ``path``, mapped in the loop; the file's name removed."""
     try:
         if os.stat(path).st_size != nbytes:
             raise OSError(f"{path} does not hold {nbytes} bytes")
-        storage = torch.UntypedStorage.from_file(path, shared=True, nbytes=nbytes)
+        return torch.UntypedStorage.from_file(path, shared=True, nbytes=nbytes)  # type: ignore[return-value]
     except (OSError, RuntimeError) as exc:
         raise RuntimeError(
             f"a batch a Ray worker left in shared memory cannot be mapped here ({exc}); if "
@@ -165,5 +144,3 @@ def _mapped(path: str, nbytes: int, layout: tuple[Any, ...]) -> torch.Tensor:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-    dtype, offset, shape, stride = layout
-    return torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)  # type: ignore[arg-type]

@@ -1,107 +1,98 @@
-"""A batch's hand-over from an actor to the loop through the object store: tensors travel
-as numpy arrays (on the loop's own machine, tensors in shared memory go by name first:
-:mod:`~dataloaderx.workers.ray.shared`).
-
-Ray returns a numpy array from its object store without a copy (read-only), while a torch
-tensor is pickled and copied. :func:`pack` wraps each CPU tensor of a batch as an
-:class:`_Array` on the actor's side; :func:`unpack` makes it a tensor again with
-``torch.from_numpy`` in the loop, sharing the object-store memory. The loop holds the only
-reference to that object (each result is read once, and its reference dropped), so an
-in-place write changes nothing any other reader sees, and the memory is freed with the
-tensor. Tensors numpy cannot hold (``bfloat16``, ones that require grad, ...), and batches
-of types ``torch.utils._pytree`` does not know, travel pickled, as copies.
+"""A batch's trip from an actor to the loop, as a worker process makes it: pickled, each
+CPU tensor storage apart and once (so that tensors that shared one still do), by its
+shared-memory file's name where it is in one (:mod:`~dataloaderx.workers.ray.shared`),
+else as a numpy array of its bytes, which Ray returns from its object store without a copy.
 """
 
 from __future__ import annotations
 
-import threading
+import functools
+import io
+import pickle
 import warnings
-from typing import Any, Final
+from typing import Any
 
 import numpy
 import torch
-from torch.utils._pytree import tree_map_only
 
-from dataloaderx.workers.ray.shared import segment
+from dataloaderx.workers.ray.shared import file_of, mapped
 
 __all__ = ["pack", "prepare", "unpack"]
 
-#: The dtypes ``Tensor.numpy()`` and ``torch.from_numpy`` carry both ways.
-_NUMPY_DTYPES: Final = frozenset(
-    {
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.float32,
-        torch.float64,
-        torch.complex64,
-        torch.complex128,
-    }
-)
 
-_lock = threading.Lock()
-_warned = False
+class _Pickler(pickle.Pickler):
+    """Pickles a batch, each CPU storage as a persistent id; ``arrays`` gets their bytes."""
 
+    def __init__(self, file: io.BytesIO, prefix: str | None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._prefix = prefix
+        self.arrays: list[numpy.ndarray[Any, Any]] = []
+        self._numbers: dict[int, int] = {}
 
-class _Array:
-    """A tensor on its way from an actor, as the numpy array that shares its memory."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array: numpy.ndarray[Any, Any]) -> None:
-        self.array = array
-
-    def __reduce__(self) -> tuple[type[_Array], tuple[numpy.ndarray[Any, Any]]]:
-        return _Array, (self.array,)
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, torch.storage.TypedStorage):
+            storage, dtype = obj._untyped_storage, obj.dtype
+        elif isinstance(obj, torch.UntypedStorage):
+            storage, dtype = obj, None
+        else:
+            return None
+        if storage.device.type != "cpu":
+            return None
+        path = file_of(storage, self._prefix)
+        if path is not None:
+            return "file", path, storage.nbytes(), dtype
+        number = self._numbers.get(storage._cdata)
+        if number is None:
+            number = self._numbers[storage._cdata] = len(self.arrays)
+            whole = torch.empty(0, dtype=torch.uint8).set_(storage)
+            self.arrays.append(whole.numpy())
+        return "array", number, dtype
 
 
-def _packed(tensor: torch.Tensor) -> Any:
-    plain = (
-        tensor.device.type == "cpu"
-        and tensor.layout is torch.strided
-        and tensor.dtype in _NUMPY_DTYPES
-        and not (tensor.requires_grad or tensor.is_conj() or tensor.is_neg())
-    )
-    return _Array(tensor.numpy()) if plain else tensor
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, arrays: list[numpy.ndarray[Any, Any]]) -> None:
+        super().__init__(io.BytesIO(data))
+        self._arrays = arrays
+        self._storages: dict[Any, torch.UntypedStorage] = {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, key, *size, dtype = pid
+        storage = self._storages.get(key)
+        if storage is None:
+            if kind == "file":
+                storage = mapped(key, size[0])
+            else:
+                storage = torch.from_numpy(self._arrays[key]).untyped_storage()
+            self._storages[key] = storage
+        if dtype is None:
+            return storage
+        return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)  # type: ignore[no-untyped-call]
 
 
-def pack(batch: Any, prefix: str | None) -> Any:
-    """``batch`` with each tensor numpy can hold as an :class:`_Array` (in the actor); with
-    a ``prefix``, each tensor in a shared-memory file of that prefix as the file's name."""
-    if prefix is None:
-        return tree_map_only(torch.Tensor, _packed, batch)
-
-    def named_or_packed(tensor: torch.Tensor) -> Any:
-        named = segment(tensor, prefix)
-        return _packed(tensor) if named is None else named
-
-    return tree_map_only(torch.Tensor, named_or_packed, batch)
+def pack(batch: Any, prefix: str | None) -> tuple[bytes, list[numpy.ndarray[Any, Any]]]:
+    """``batch`` pickled, and its storages' bytes (in the actor); storages in files named
+    ``prefix`` go by name."""
+    file = io.BytesIO()
+    pickler = _Pickler(file, prefix)
+    pickler.dump(batch)
+    return file.getvalue(), pickler.arrays
 
 
-def _opened(packed: _Array) -> torch.Tensor:
-    return torch.from_numpy(packed.array)
+def unpack(packed: tuple[bytes, list[numpy.ndarray[Any, Any]]]) -> Any:
+    """The batch :func:`pack` gave, its storages over the memory they arrived in (in the
+    loop)."""
+    data, arrays = packed
+    return _Unpickler(data, arrays).load()
 
 
-def unpack(batch: Any) -> Any:
-    """``batch`` with each :class:`_Array` a tensor again, without a copy (in the loop)."""
-    return tree_map_only(_Array, _opened, batch)
-
-
+@functools.cache
 def prepare() -> None:
-    """Take torch's one warning about tensors from read-only arrays, which every unpacked
-    tensor is (the object store's memory is returned read-only; see the module's notes).
-    Call it in the loop's thread before :func:`unpack` (it changes warning filters)."""
-    global _warned
-    with _lock:
-        if _warned:
-            return
-        _warned = True
-        array = numpy.zeros(1)
-        array.flags.writeable = False
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            torch.from_numpy(array)
+    """Take torch's one warning about tensors from read-only arrays, which every storage
+    from the object store is (its memory is returned read-only: the loop holds the only
+    reference). Call it in the loop's thread before :func:`unpack` (it changes warning
+    filters)."""
+    array = numpy.zeros(1)
+    array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.from_numpy(array)
