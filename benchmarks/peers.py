@@ -21,6 +21,16 @@ as its items are a hundred times cheaper), on these loaders, each used as its do
   workload (no step, ``--tune-budget`` seconds), as the YAML it prints, through
   ``DataLoaderX.from_config``.
 
+Two tables per workload:
+
+- **equal settings**: every loader with ``--num-workers`` workers (``dataloaderx tuned``
+  left out): like for like;
+- **best settings**: every loader with the worker count that made it fastest in a sweep
+  of ``--sweep`` counts (default 0, 1, 2 and 4, where the loader takes them; one run
+  each, both epochs), and
+  ``dataloaderx tuned``. The peers' one setting here is the worker count; each keeps its
+  other defaults. ``--no-sweep`` leaves this table out.
+
 Each run is a fresh process that builds the dataset, then the loader, iterates both epochs
 and reports (``workloads.run_epochs``): batches/s over both epochs with start-up, each
 epoch's batches/s, the start-up (building the loader), the first batch of each epoch, the
@@ -29,8 +39,8 @@ child processes, and the CPU time they spent per batch (which other jobs on a sh
 move far less than the throughput).
 Rounds alternate the loaders (``--rounds``, default 3); the tables give medians, with each
 loader's throughput against ``DataLoader`` and against the best peer (every loader that is
-not dataloaderx's). The verdict line per workload compares dataloaderx's best setting with
-the best peer, over both epochs and in each epoch.
+not dataloaderx's). The verdict lines per workload compare dataloaderx's fastest loader
+with the best peer in each table, over both epochs and in each epoch.
 
 The workloads:
 
@@ -44,8 +54,9 @@ The workloads:
 How to run (from the repository root; the peers are the ``peers`` extra)::
 
     pip install -e '.[peers]'
-    python benchmarks/peers.py                      # ~20-35 min on 2 cores
-    python benchmarks/peers.py --quick              # 8 batches, 1 round, no tuning
+    python benchmarks/peers.py                      # ~60-90 min on 2 cores
+    python benchmarks/peers.py --no-sweep           # equal settings only, ~25-40 min
+    python benchmarks/peers.py --quick              # 8 batches, 1 round, no tuning or sweep
     python benchmarks/peers.py --workloads "torch ops" --loaders "nodes (thread)" \\
         "dataloaderx threads"
     python benchmarks/peers.py --json > peers.json
@@ -109,6 +120,9 @@ ROUNDS = 3
 COPY_ON_READ_SCALE = 32
 TUNE_BUDGET = 60.0
 TUNE_BATCHES = 40
+SWEEP = (0, 1, 2, 4)
+#: The fewest workers a loader takes (persistent workers and SPDL's thread pool need one).
+LEAST_WORKERS = {PERSISTENT: 1, X_PERSISTENT: 1, SPDL: 1}
 CHILD_TIMEOUT = 900.0
 
 
@@ -175,7 +189,8 @@ def nodes_loader(dataset: Dataset[Any], workers: int, method: str) -> Iterable[A
     node = tn.ParallelMapper(
         node, map_fn=FetchAndCollate(dataset), num_workers=workers, method=method, in_order=True
     )
-    node = tn.Prefetcher(node, prefetch_factor=2 * workers)
+    if workers > 0:  # with none, the mapper maps inline, and nothing is made ahead
+        node = tn.Prefetcher(node, prefetch_factor=2 * workers)
     return tn.Loader(node)
 
 
@@ -318,8 +333,9 @@ def table(medians: dict[str, dict[str, float]]) -> str:
     return bench.markdown_table(["loader", *columns], rows)
 
 
-def verdict(workload: str, medians: dict[str, dict[str, float]]) -> str:
-    """dataloaderx's best against the best peer: both epochs, and each epoch."""
+def verdict(workload: str, medians: dict[str, dict[str, float]], settings: str) -> str:
+    """dataloaderx's fastest loader against the best peer at ``settings`` (``"equal"`` or
+    ``"best"``): both epochs, and each epoch."""
     target = 1.0 if workload in FULL_TARGET else GIL_TARGET
     parts: list[str] = []
     met = True
@@ -330,13 +346,13 @@ def verdict(workload: str, medians: dict[str, dict[str, float]]) -> str:
     ):
         ours, peer = best(medians, OURS, key), best(medians, PEERS, key)
         if ours is None or peer is None:
-            return f"{workload}: no comparison (dataloaderx or every peer left out)"
+            return f"{workload}, {settings} settings: no comparison (a side left out)"
         ratio = medians[ours][key] / medians[peer][key]
         met = met and ratio >= target
         parts.append(f"{label} {ratio:.2f}x ({ours} against {peer})")
     return (
-        f"{workload}: dataloaderx's best / best peer: {'; '.join(parts)}; target >= {target}: "
-        + ("met" if met else "NOT met")
+        f"{workload}, {settings} settings: dataloaderx / best peer: {'; '.join(parts)}; "
+        f"target >= {target}: " + ("met" if met else "NOT met")
     )
 
 
@@ -359,7 +375,17 @@ def arguments() -> argparse.ArgumentParser:
         default=TUNE_BUDGET,
         help=f"seconds of bench --tune per workload, for {X_TUNED!r} ({TUNE_BUDGET:.0f})",
     )
-    result.add_argument("--quick", action="store_true", help="8 batches, 1 round, no tuning")
+    result.add_argument(
+        "--sweep",
+        type=int,
+        nargs="+",
+        default=list(SWEEP),
+        help="worker counts each loader's best setting is picked from (0 1 2 4)",
+    )
+    result.add_argument("--no-sweep", action="store_true", help="equal settings only")
+    result.add_argument(
+        "--quick", action="store_true", help="8 batches, 1 round, no tuning or sweep"
+    )
     result.add_argument("--json", action="store_true", help="print the results as JSON")
     result.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     result.add_argument("--tuned", default=None, help=argparse.SUPPRESS)
@@ -400,41 +426,88 @@ def main() -> None:
         file=sys.stderr,
     )
     document: dict[str, Any] = {"notes": notes, "workloads": {}}
+    equal_names = [name for name in names if name != X_TUNED]
+    sweep = [] if args.quick or args.no_sweep else args.sweep
     for workload in (name for name in WORKLOADS if name in args.workloads):
-        tuned = None
-        if X_TUNED in names:
-            print(f"  bench --tune on {workload} ...", file=sys.stderr, flush=True)
-            tuned = tuned_setting(workload, args.num_workers, args.tune_budget)
-            print(f"  {X_TUNED} on {workload}: {tuned}", file=sys.stderr, flush=True)
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-        for round_number in range(rounds):
-            for name in bench.rotated(names, round_number):
-                run = run_child(workload, name, args.num_workers, batches, tuned)
-                runs[name].append(run)
-                print(
-                    f"  {workload}, round {round_number + 1}/{rounds}, {name}: "
-                    f"{run['batches_per_s']:.1f} batches/s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        medians = {name: summary(runs[name]) for name in names}
-        document["workloads"][workload] = {
-            "tuned": tuned,
-            "medians": medians,
-            "runs": runs,
-            "verdict": verdict(workload, medians),
-        }
+        found: dict[str, Any] = {}
+        rounds_of = functools.partial(alternated_rounds, workload, rounds, batches)
+        counts = dict.fromkeys(equal_names, args.num_workers)
+        found["equal"] = table_of(workload, "equal", rounds_of(counts, None))
+        if sweep:
+            counts = best_counts(workload, equal_names, sweep, batches)
+            tuned = None
+            if X_TUNED in names:
+                print(f"  bench --tune on {workload} ...", file=sys.stderr, flush=True)
+                tuned = tuned_setting(workload, args.num_workers, args.tune_budget)
+                print(f"  {X_TUNED} on {workload}: {tuned}", file=sys.stderr, flush=True)
+                counts[X_TUNED] = int(tuned.get("num_workers", 0))  # (for the table)
+            found["best"] = table_of(workload, "best", rounds_of(counts, tuned))
+            found["best"].update(counts=counts, tuned=tuned)
+        document["workloads"][workload] = found
         if not args.json:
-            print(f"\n{workload}: medians of {rounds} round(s)\n")
-            print(table(medians))
-            if tuned is not None:
-                print(f"\n{X_TUNED}: {tuned}")
+            for settings, part in found.items():
+                print(f"\n{workload}, {settings} settings: medians of {rounds} round(s)\n")
+                print(table(part["medians"]))
+                if settings == "best":
+                    print(f"\nworker counts: {part['counts']}; {X_TUNED}: {part['tuned']}")
     if args.json:
         print(json.dumps(document, indent=2))
         return
     print()
     for found in document["workloads"].values():
-        print(found["verdict"])
+        for part in found.values():
+            print(part["verdict"])
+
+
+def alternated_rounds(
+    workload: str,
+    rounds: int,
+    batches: int,
+    counts: dict[str, int],
+    tuned: dict[str, Any] | None,
+) -> dict[str, list[dict[str, Any]]]:
+    """``rounds`` rounds of every loader in ``counts`` with its worker count, alternated."""
+    names = list(counts)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for round_number in range(rounds):
+        for name in bench.rotated(names, round_number):
+            run = run_child(workload, name, counts[name], batches, tuned)
+            runs[name].append(run)
+            print(
+                f"  {workload}, round {round_number + 1}/{rounds}, {name} "
+                f"({counts[name]} workers): {run['batches_per_s']:.1f} batches/s",
+                file=sys.stderr,
+                flush=True,
+            )
+    return runs
+
+
+def best_counts(
+    workload: str, names: list[str], sweep: Sequence[int], batches: int
+) -> dict[str, int]:
+    """Each loader's fastest worker count (both epochs) among ``sweep``, one run each."""
+    counts: dict[str, int] = {}
+    for name in names:
+        least = LEAST_WORKERS.get(name, 0)
+        rates = {
+            count: run_child(workload, name, count, batches, None)
+            for count in sweep
+            if count >= least
+        }
+        counts[name] = max(rates, key=lambda count: rates[count]["batches_per_s"])
+        print(
+            f"  {workload}, sweep, {name}: "
+            + ", ".join(f"{count}: {run['batches_per_s']:.1f}" for count, run in rates.items())
+            + f" batches/s: {counts[name]} workers",
+            file=sys.stderr,
+            flush=True,
+        )
+    return counts
+
+
+def table_of(workload: str, settings: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    medians = {name: summary(found) for name, found in runs.items()}
+    return {"medians": medians, "runs": runs, "verdict": verdict(workload, medians, settings)}
 
 
 if __name__ == "__main__":

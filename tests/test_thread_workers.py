@@ -195,6 +195,107 @@ def test_the_seeds_follow_the_loaders_generator_epoch_after_epoch(backend: str) 
         assert_same(list(loader), list(reference))
 
 
+class EvenBatchesSlow(Dataset[torch.Tensor]):
+    """Items ``[index, worker id or -1, draw]``, batches of 2: the items of even batches
+    (worker 0's with 2 workers) take 20 ms, so a free thread has worker 0's batches to
+    take. Each item notes the thread that made it. The item asks for its worker's info
+    from index ``reads_from`` on, and draws from its worker's generator from ``draws_from``
+    on (where torch has the field)."""
+
+    def __init__(self, size: int = 40, reads_from: int = 10**9, draws_from: int = 10**9) -> None:
+        self.size, self.reads_from, self.draws_from = size, reads_from, draws_from
+        self._lock = threading.Lock()
+        self.made_in: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with self._lock:
+            self.made_in[index] = threading.current_thread().name
+        if index // 2 % 2 == 0:
+            time.sleep(0.02)
+        worker, draw = -1, 0.0
+        if index >= self.reads_from:
+            info = get_worker_info()
+            assert info is not None
+            worker = info.id
+            if index >= self.draws_from and HAS_THREAD_FIELDS:
+                draw = info.rng.random_generator.random()
+        return torch.tensor([index, worker, draw], dtype=torch.float64)
+
+    def batches_in_other_threads(self, before: int = 10**9) -> list[int]:
+        """The batches (of 2) made, before item ``before``, by another thread than their
+        worker's (worker ``k mod 2``, whose thread is named ``...-<k mod 2>``)."""
+        return sorted(
+            {
+                index // 2
+                for index, name in self.made_in.items()
+                if index < before and not name.endswith(f"-{index // 2 % 2}")
+            }
+        )
+
+
+def test_a_free_thread_takes_any_workers_batch_and_the_batches_stay_the_same(
+    backend: str,
+) -> None:
+    dataset = EvenBatchesSlow()
+    reference, loader = processes_and_threads(dataset, backend, batch_size=2, num_workers=2)
+    assert_same(list(loader), list(reference))
+    shared = dataset.batches_in_other_threads()
+    assert shared, "worker 1's thread made none of worker 0's slow batches"
+    assert min(shared) >= 2  # each worker's first batch in its own thread
+
+
+@pytest.mark.parametrize("why", ["reads its worker", "worker_init_fn", "iterable"])
+def test_each_workers_batches_stay_in_its_thread_where_a_batch_could_tell(why: str) -> None:
+    options: dict[str, Any] = {"batch_size": 2, "num_workers": 2, **THREADS}
+    if why == "iterable":  # each worker iterates its own shard: its batches are its own
+
+        class SlowFirstShard(Sharded):
+            def __iter__(self) -> Any:
+                for item in super().__iter__():
+                    if item % 2 == 0:
+                        time.sleep(0.02)
+                    yield item
+
+        reference = DataLoader(SlowFirstShard(40), batch_size=2, num_workers=2)
+        assert_same(list(DataLoaderX(SlowFirstShard(40), **options)), list(reference))
+        return
+    dataset = EvenBatchesSlow(reads_from=0 if why == "reads its worker" else 10**9)
+    if why == "worker_init_fn":
+        options["worker_init_fn"] = InitCalls()
+    batches = list(DataLoaderX(dataset, **options))
+    assert len(batches) == 20
+    assert dataset.batches_in_other_threads() == []
+
+
+@pytest.mark.skipif(not HAS_THREAD_FIELDS, reason="this torch's WorkerInfo has no rng field")
+def test_a_batch_that_asks_late_sees_its_worker_and_draws_in_that_workers_order(
+    backend: str,
+) -> None:
+    def run(reads_from: int) -> tuple[list[torch.Tensor], EvenBatchesSlow]:
+        dataset = EvenBatchesSlow(size=60, reads_from=reads_from, draws_from=30)
+        loader = DataLoaderX(
+            dataset,
+            batch_size=2,
+            num_workers=2,
+            generator=torch.Generator().manual_seed(9),
+            backend=backend,
+            **THREADS,
+        )
+        return list(loader), dataset
+
+    # Asking from the first item keeps each worker's batches in its thread: the reference.
+    expected, _ = run(reads_from=0)
+    actual, dataset = run(reads_from=30)
+    assert dataset.batches_in_other_threads(before=30)  # shared before the first ask
+    for got, want in zip(actual, expected, strict=True):
+        assert_same(got[:, 2], want[:, 2])  # the draws, in each worker's order
+    ids = torch.cat(actual)[30:, 1]
+    assert ids.tolist() == [index // 2 % 2 for index in range(30, 60)]
+
+
 # 2. get_worker_info --------------------------------------------------------------------
 
 

@@ -79,6 +79,8 @@ class WorkerCore:
         self._fetcher: Any = None
         self._failure: ExceptionWrapper | None = None
         self._exhausted = False
+        #: The ``WorkerInfo`` this worker's tasks see (``None`` until its first start).
+        self.info: Any = None
 
     def start_epoch(self, base_seed: int, *, fresh: bool) -> None:
         """Make this epoch's fetcher; with ``fresh``, first start as a new worker does (its
@@ -108,6 +110,7 @@ class WorkerCore:
             self._failure = self.wrapped()
 
     def _install(self, info: Any) -> None:
+        self.info = info
         if self._kind is WorkerKind.THREAD:
             set_thread_info(info)
             return
@@ -117,10 +120,11 @@ class WorkerCore:
         else:
             set_process_info(info)
 
-    def run(self, indices: Any) -> tuple[Outcome, Any]:
+    def run(self, indices: Any, where: str | None = None) -> tuple[Outcome, Any]:
         """The outcome of the task that fetches ``indices`` (ignored by an iterable
-        dataset), and its payload: the finished batch, the wrapped error, the
-        ``BaseException`` that ends the worker, or ``None``."""
+        dataset), and its payload: the finished batch, the wrapped error (naming ``where``,
+        by default this worker), the ``BaseException`` that ends the worker, or ``None``.
+        A map-style task may run in another worker's thread for that worker."""
         if self._failure is not None:
             return Outcome.FAILED, self._failure
         if self._exhausted:
@@ -134,14 +138,14 @@ class WorkerCore:
             if setup is not None and setup.dataset_kind == _DatasetKind.Iterable:
                 self._exhausted = True
                 return Outcome.EXHAUSTED, None
-            return Outcome.FAILED, self.wrapped()
+            return Outcome.FAILED, self.wrapped(where)
         except Exception:  # noqa: BLE001 - handed to the loop
-            return Outcome.FAILED, self.wrapped()
+            return Outcome.FAILED, self.wrapped(where)
         except BaseException as exc:  # noqa: BLE001 - the loop raises it
             return Outcome.FATAL, exc
         return Outcome.BATCH, data
 
-    def wrapped(self) -> ExceptionWrapper:
+    def wrapped(self, where: str | None = None) -> ExceptionWrapper:
         """The exception being handled, as a worker process hands it over (its type, and
-        its traceback in the message)."""
-        return ExceptionWrapper(where=self._where)  # type: ignore[no-untyped-call]
+        its traceback in the message, which names ``where``, by default this worker)."""
+        return ExceptionWrapper(where=where or self._where)  # type: ignore[no-untyped-call]

@@ -24,6 +24,7 @@ import dataclasses
 import random
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 import torch
@@ -45,6 +46,8 @@ _THREAD_FIELDS: Final = {"rng", "worker_method"}
 class _Local(threading.local):
     #: The calling worker thread's ``WorkerInfo``; ``None`` in every other thread.
     info: Any = None
+    #: Called (once, then cleared) when ``info`` is first read: see :func:`set_thread_info`.
+    on_read: Callable[[], None] | None = None
 
 
 _LOCAL: Final = _Local()
@@ -65,6 +68,10 @@ def _calling_thread_info(process_info: Any) -> Any:
         info = _process_info
     if info is None or sys._getframe(2).f_code is _SHARED_MEMORY_COLLATION:
         return process_info
+    on_read = _LOCAL.on_read
+    if on_read is not None:
+        _LOCAL.on_read = None
+        on_read()
     return info
 
 
@@ -91,9 +98,11 @@ def install() -> None:
         _installed = True
 
 
-def set_thread_info(info: Any) -> None:
-    """Make ``info`` what ``get_worker_info()`` returns in the calling thread."""
+def set_thread_info(info: Any, on_read: Callable[[], None] | None = None) -> None:
+    """Make ``info`` what ``get_worker_info()`` returns in the calling thread; the first
+    call that returns it calls ``on_read`` first (``default_collate``'s does not count)."""
     _LOCAL.info = info
+    _LOCAL.on_read = on_read
 
 
 def set_process_info(info: Any) -> None:

@@ -1,4 +1,5 @@
-"""Worker threads: each runs the tasks sent to it, in order, as a worker process does.
+"""Worker threads: each runs its worker's tasks, in order, as a worker process does, or,
+where no batch can tell, the next task of any worker (:mod:`dataloaderx.workers.assignment`).
 
 Each thread runs a :class:`~dataloaderx.workers.core.WorkerCore` (the worker contract),
 pinning its batches where the loader pins. Threads share the process, so unlike a process
@@ -12,12 +13,14 @@ import functools
 import queue
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch.utils.data._utils.pin_memory import pin_memory
+from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS, POLL_SECONDS
+from dataloaderx.workers.assignment import Assignment, TaskAssignment
 from dataloaderx.workers.contract import Outcome, Result, WorkerPool
 from dataloaderx.workers.core import WorkerCore, WorkerKind
 from dataloaderx.workers.intra_op import one_intra_op_thread
@@ -25,14 +28,13 @@ from dataloaderx.workers.intra_op import one_intra_op_thread
 __all__ = ["WorkerThreads"]
 
 
-class _Task(NamedTuple):
-    epoch: int
-    task: int
-    indices: Any
+#: ``(epoch, task, worker, place, indices)``: task number ``task`` of ``epoch``, the batch
+#: of ``indices``, which belongs to ``worker`` and has ``place`` in that worker's order.
+_Task = tuple[int, int, int, int, Any]
 
 
-#: Sent to a worker: the next tasks belong to a new epoch (persistent workers).
-_NEW_EPOCH = "new epoch"
+#: Sent to a worker: take the next tasks from the shared queue.
+_SHARE = "share"
 #: Sent to a worker: end.
 _STOP = "stop"
 
@@ -41,7 +43,7 @@ class WorkerThreads(WorkerPool):
     """``setup.num_workers`` daemon threads named ``name-<id>``; thread-safe.
 
     :meth:`send` queues a task for one worker; :meth:`receive` returns the next
-    :class:`Result` of any worker. Tasks of an earlier epoch that a worker has not started
+    :class:`Result` of any worker. Tasks of an earlier epoch that no thread has started
     when :meth:`new_epoch` is called are skipped.
     """
 
@@ -50,8 +52,21 @@ class WorkerThreads(WorkerPool):
         self._inboxes: list[queue.SimpleQueue[_Task | str]] = [
             queue.SimpleQueue() for _ in range(setup.num_workers)
         ]
+        self._shared: queue.SimpleQueue[_Task | str] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[Result] = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._assignment = TaskAssignment(
+            setup.num_workers,
+            may_share=setup.dataset_kind == _DatasetKind.Map and setup.init_fn is None,
+            stop=self._stop,
+        )
+        #: The loop thread's: whether the assignment may still change, whether tasks go to
+        #: the shared queue, and each worker's next place.
+        self._watching = True
+        self._sharing = False
+        self._places = [0] * setup.num_workers
+        #: How an error names each worker, whichever thread ran its task.
+        self._where = [f"in DataLoader worker thread {n}" for n in range(setup.num_workers)]
         self._lock = threading.Lock()
         self._epoch = 0  #: guarded by ``_lock``
         self.threads = [
@@ -70,16 +85,17 @@ class WorkerThreads(WorkerPool):
 
     def send(self, worker: int, task: int, indices: Any) -> None:
         """Queue task number ``task`` (the batch of ``indices``) for ``worker``."""
-        self._inboxes[worker].put(_Task(self.epoch, task, indices))
+        inbox = self._shared if self._sharing else self._inboxes[worker]
+        place = self._places[worker]
+        self._places[worker] = place + 1
+        inbox.put((self.epoch, task, worker, place, indices))
 
     def new_epoch(self) -> int:
-        """Start a new epoch: each worker makes a new fetcher; return the epoch's number."""
+        """Start a new epoch (each worker makes a new fetcher before its first task of it);
+        return the epoch's number."""
         with self._lock:
             self._epoch += 1
-            epoch = self._epoch
-        for inbox in self._inboxes:
-            inbox.put(_NEW_EPOCH)
-        return epoch
+            return self._epoch
 
     def describe(self, worker: int) -> str:
         return f"worker thread {worker}"
@@ -91,9 +107,17 @@ class WorkerThreads(WorkerPool):
     def receive(self, timeout: float) -> Result | None:
         """The next result, waiting up to ``timeout`` seconds (``None``: none came)."""
         try:
-            return self._results.get(timeout=timeout)
+            result = self._results.get(timeout=timeout)
         except queue.Empty:
             return None
+        if self._watching:
+            assigned = self._assignment.made(result)
+            self._watching = assigned is Assignment.WATCH
+            if assigned is Assignment.SHARED:
+                self._sharing = True
+                for inbox in self._inboxes:
+                    inbox.put(_SHARE)
+        return result
 
     def ended(self) -> list[int]:
         """The workers whose thread has ended."""
@@ -108,6 +132,7 @@ class WorkerThreads(WorkerPool):
         self._stop.set()
         for inbox in self._inboxes:
             inbox.put(_STOP)
+            self._shared.put(_STOP)
         deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
         for thread in self.threads:
             if thread is threading.current_thread():
@@ -133,21 +158,35 @@ class WorkerThreads(WorkerPool):
             else functools.partial(pin_memory, device=setup.pin[0]),
         )
         core.start_epoch(setup.base_seed, fresh=True)
+        assignment = self._assignment
+        assignment.publish(worker, core.info)
+        asks = True  # whether each task is to be told to the assignment
+        started = 0  # the epoch of the core's fetcher
         inbox = self._inboxes[worker]
         while not self._stop.is_set():
             try:
                 task = inbox.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 continue
-            if task == _STOP:
-                return
-            if isinstance(task, str):  # a new epoch: a new fetcher, as a worker process makes
-                core.start_epoch(setup.base_seed, fresh=False)
+            if isinstance(task, str):
+                if task == _STOP:
+                    return
+                inbox = self._shared  # _SHARE
                 continue
-            if task.epoch != self.epoch:
-                continue  # an earlier epoch's, not started
-            outcome, payload = core.run(task.indices)
-            self._results.put(Result(task.epoch, task.task, worker, outcome, payload))
+            epoch, number, owner, place, indices = task
+            if asks:
+                asks = assignment.begin(owner, place) is not Assignment.OWN
+            try:
+                if epoch != self.epoch:
+                    continue  # an earlier epoch's, not started
+                if epoch != started:  # a new fetcher, as a worker process makes
+                    core.start_epoch(setup.base_seed, fresh=False)
+                    started = epoch
+                outcome, payload = core.run(indices, self._where[owner])
+            finally:
+                if asks:
+                    assignment.end(owner, place)
+            self._results.put(Result(epoch, number, owner, outcome, payload))
             del payload
             if outcome is Outcome.FATAL:
                 return
