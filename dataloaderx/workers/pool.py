@@ -152,7 +152,7 @@ class WorkerThreads(WorkerPool):
             worker,
             kind=WorkerKind.THREAD,
             method=self.name,
-            where=f"in DataLoader worker thread {worker}",
+            where=self._where[worker],
             finish=None
             if setup.pin is None
             else functools.partial(pin_memory, device=setup.pin[0]),
