@@ -41,10 +41,11 @@ class TaskAssignment:
     """Where one pool's tasks run, and each worker's order; thread-safe.
 
     The loop's thread reports each result while :attr:`Assignment.WATCH` lasts
-    (:meth:`made`). A worker thread calls :meth:`begin` before each task and :meth:`end`
-    after it (or instead, for a task it skips), until :meth:`begin` answers
-    :attr:`Assignment.OWN`: from then on each thread runs only its own worker's tasks, in
-    order, and nothing is asked per task.
+    (:meth:`made`). A worker thread calls :meth:`begin` (:meth:`begin_shared` once its
+    tasks come from the shared queue) before each task and :meth:`end` after it (or
+    instead, for a task it skips), until :meth:`begin` answers :attr:`Assignment.OWN`:
+    from then on each thread runs only its own worker's tasks, in order, and nothing is
+    asked per task.
     """
 
     def __init__(self, num_workers: int, *, may_share: bool, stop: threading.Event) -> None:
@@ -60,6 +61,10 @@ class TaskAssignment:
         self._waiting = 0
         #: The loop thread's alone: the workers whose first batch is not back yet.
         self._unproven = set(range(num_workers))
+        #: Per thread, the task it runs (``(worker, place)``), that thread's alone, and
+        #: what a read of its worker's info calls.
+        self._running = [(thread, 0) for thread in range(num_workers)]
+        self._hooks = [functools.partial(self._read, thread) for thread in range(num_workers)]
 
     def made(self, result: Result) -> Assignment:
         """In the loop's thread, while :attr:`Assignment.WATCH` lasts: account for
@@ -76,14 +81,21 @@ class TaskAssignment:
         with self._lock:
             self._infos[worker] = info
 
-    def begin(self, worker: int, place: int) -> Assignment:
-        """The calling thread runs task ``place`` of ``worker`` next, as that worker; the
+    def begin(self, thread: int, worker: int, place: int) -> Assignment:
+        """Thread ``thread`` runs task ``place`` of ``worker`` next, as that worker; the
         assignment now (with :attr:`Assignment.OWN`, :meth:`end` is not to be called)."""
         with self._lock:
-            info, assignment = self._infos[worker], self._assignment
+            assignment = self._assignment
         if assignment is not Assignment.OWN:
-            set_thread_info(info, functools.partial(self._read, worker, place))
+            self.begin_shared(thread, worker, place)
         return assignment
+
+    def begin_shared(self, thread: int, worker: int, place: int) -> None:
+        """:meth:`begin`, for a thread that takes tasks from the shared queue: the assignment
+        is :attr:`Assignment.SHARED` for good. Every worker published its info before its
+        first result, which came before the switch to that queue (the queues order it)."""
+        self._running[thread] = (worker, place)
+        set_thread_info(self._infos[worker], self._hooks[thread])
 
     def end(self, worker: int, place: int) -> None:
         """Task ``place`` of ``worker`` is done (or skipped)."""
@@ -100,9 +112,11 @@ class TaskAssignment:
             if self._waiting:
                 self._turn.notify_all()
 
-    def _read(self, worker: int, place: int) -> None:
-        """A task asked for its worker's info: keep each worker's tasks in its own thread
-        from now on, or, where they are shared already, wait for the worker's earlier ones."""
+    def _read(self, thread: int) -> None:
+        """The task of ``thread`` asked for its worker's info: keep each worker's tasks in
+        its own thread from now on, or, where they are shared already, wait for the worker's
+        earlier ones."""
+        worker, place = self._running[thread]
         with self._lock:
             if self._assignment is Assignment.WATCH:
                 self._assignment = Assignment.OWN

@@ -162,7 +162,7 @@ class WorkerThreads(WorkerPool):
         assignment.publish(worker, core.info)
         asks = True  # whether each task is to be told to the assignment
         started = 0  # the epoch of the core's fetcher
-        inbox = self._inboxes[worker]
+        inbox, shared = self._inboxes[worker], self._shared
         while not self._stop.is_set():
             try:
                 task = inbox.get(timeout=POLL_SECONDS)
@@ -171,11 +171,13 @@ class WorkerThreads(WorkerPool):
             if isinstance(task, str):
                 if task == _STOP:
                     return
-                inbox = self._shared  # _SHARE
+                inbox = shared  # _SHARE
                 continue
             epoch, number, owner, place, indices = task
-            if asks:
-                asks = assignment.begin(owner, place) is not Assignment.OWN
+            if inbox is shared:
+                assignment.begin_shared(worker, owner, place)
+            elif asks:
+                asks = assignment.begin(worker, owner, place) is not Assignment.OWN
             try:
                 if epoch != self.epoch:
                     continue  # an earlier epoch's, not started
