@@ -29,6 +29,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``pytest -n N`` (the default, ``pyproject.toml``): the tests spread over N worker
+    processes, except those whose id names Ray, which run one after another in one of
+    them: one Ray cluster for the session (``ray_cluster``), as without workers. (Not
+    ``--dist loadgroup``: pytest-xdist 3.8 cannot rename pytest 9's node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RayTestsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if "ray" in nodeid.lower() else nodeid
+
+    return RayTestsTogether(config, log)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     _freeze_what_lives_on()
 

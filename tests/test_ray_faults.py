@@ -12,6 +12,7 @@ import ctypes
 import gc
 import os
 import signal
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -84,10 +85,13 @@ def test_an_iterable_worker_lost_mid_epoch_fails_that_epoch_only() -> None:
 
 
 class Deadly(RangeDataset):
-    """Item 5 ends its process, as a crash in native code does."""
+    """Item 5 ends its process, as a crash in native code does, a while after the actor's
+    previous result left: a death right after it could lose that result too, and the
+    death would then be the previous task's."""
 
     def __getitem__(self, index: int) -> torch.Tensor:
         if index == 5:
+            time.sleep(1.0)
             os.kill(os.getpid(), signal.SIGKILL)
         return super().__getitem__(index)
 
