@@ -162,7 +162,9 @@ def test_a_killed_script_leaves_no_ray_process_and_no_shared_memory_file() -> No
     assert process.stdout is not None
     while not process.stdout.readline().startswith("batches"):
         assert process.poll() is None, process.communicate()[1]
-    assert _own_files(process.pid), "no batch waited in shared memory"
+    # Batches wait for the loop in shared memory most of the time, if not at every moment
+    # on a loaded machine (the end of an epoch, actors slower than the loop's step).
+    assert wait_for(lambda: _own_files(process.pid), within=30), "no batch in shared memory"
     os.kill(process.pid, signal.SIGKILL)  # as the kernel's out-of-memory killer does
     process.communicate()
     _assert_nothing_left(process.pid)
