@@ -63,7 +63,7 @@ class TaskAssignment:
         self._unproven = set(range(num_workers))
         #: Per thread, the task it runs (``(worker, place)``), that thread's alone, and
         #: what a read of its worker's info calls.
-        self._running = [(thread, 0) for thread in range(num_workers)]
+        self._running = [(0, 0)] * num_workers
         self._hooks = [functools.partial(self._read, thread) for thread in range(num_workers)]
 
     def made(self, result: Result) -> Assignment:
@@ -91,9 +91,12 @@ class TaskAssignment:
         return assignment
 
     def begin_shared(self, thread: int, worker: int, place: int) -> None:
-        """:meth:`begin`, for a thread that takes tasks from the shared queue: the assignment
-        is :attr:`Assignment.SHARED` for good. Every worker published its info before its
-        first result, which came before the switch to that queue (the queues order it)."""
+        """:meth:`begin` where the assignment is known not to be :attr:`Assignment.OWN`: for
+        a thread that takes tasks from the shared queue (:attr:`Assignment.SHARED` for
+        good), and for :meth:`begin` itself. The info is read without the lock: a thread
+        that watches runs its own worker's tasks, whose info it published itself; and every
+        worker published its info before its first result, which came before the switch to
+        the shared queue (the queues order it)."""
         self._running[thread] = (worker, place)
         set_thread_info(self._infos[worker], self._hooks[thread])
 
