@@ -198,12 +198,21 @@ def test_the_seeds_follow_the_loaders_generator_epoch_after_epoch(backend: str) 
 class EvenBatchesSlow(Dataset[torch.Tensor]):
     """Items ``[index, worker id or -1, draw]``, batches of 2: the items of even batches
     (worker 0's with 2 workers) take 20 ms, so a free thread has worker 0's batches to
-    take. Each item notes the thread that made it. The item asks for its worker's info
-    from index ``reads_from`` on, and draws from its worker's generator from ``draws_from``
-    on (where torch has the field)."""
+    take (with ``spin``, in Python code that holds the GIL, else asleep). Each item notes the
+    thread that made it. The item asks for its worker's info from index ``reads_from`` on,
+    and draws from its worker's generator from ``draws_from`` on (where torch has the
+    field)."""
 
-    def __init__(self, size: int = 40, reads_from: int = 10**9, draws_from: int = 10**9) -> None:
+    def __init__(
+        self,
+        size: int = 40,
+        reads_from: int = 10**9,
+        draws_from: int = 10**9,
+        *,
+        spin: bool = False,
+    ) -> None:
         self.size, self.reads_from, self.draws_from = size, reads_from, draws_from
+        self.spin = spin
         self._lock = threading.Lock()
         self.made_in: dict[int, str] = {}
 
@@ -214,7 +223,12 @@ class EvenBatchesSlow(Dataset[torch.Tensor]):
         with self._lock:
             self.made_in[index] = threading.current_thread().name
         if index // 2 % 2 == 0:
-            time.sleep(0.02)
+            if self.spin:
+                end = time.perf_counter() + 0.02
+                while time.perf_counter() < end:
+                    pass
+            else:
+                time.sleep(0.02)
         worker, draw = -1, 0.0
         if index >= self.reads_from:
             info = get_worker_info()
@@ -247,7 +261,7 @@ def test_a_free_thread_takes_any_workers_batch_and_the_batches_stay_the_same(
     assert min(shared) >= 2  # each worker's first batch in its own thread
 
 
-@pytest.mark.parametrize("why", ["reads its worker", "worker_init_fn", "iterable"])
+@pytest.mark.parametrize("why", ["reads its worker", "worker_init_fn", "iterable", "holds the GIL"])
 def test_each_workers_batches_stay_in_its_thread_where_a_batch_could_tell(why: str) -> None:
     options: dict[str, Any] = {"batch_size": 2, "num_workers": 2, **THREADS}
     if why == "iterable":  # each worker iterates its own shard: its batches are its own
@@ -262,7 +276,9 @@ def test_each_workers_batches_stay_in_its_thread_where_a_batch_could_tell(why: s
         reference = DataLoader(SlowFirstShard(40), batch_size=2, num_workers=2)
         assert_same(list(DataLoaderX(SlowFirstShard(40), **options)), list(reference))
         return
-    dataset = EvenBatchesSlow(reads_from=0 if why == "reads its worker" else 10**9)
+    dataset = EvenBatchesSlow(
+        reads_from=0 if why == "reads its worker" else 10**9, spin=why == "holds the GIL"
+    )
     if why == "worker_init_fn":
         options["worker_init_fn"] = InitCalls()
     batches = list(DataLoaderX(dataset, **options))

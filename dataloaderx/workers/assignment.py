@@ -5,9 +5,10 @@ Each task belongs to a worker, as the schedule gave it (batch ``k`` to worker ``
 in order), and is numbered in that worker's order (its *place*, from 0). A thread runs a task as
 its worker: ``get_worker_info()`` answers with that worker's info. Tasks are shared only
 once each worker's first batch came back without anything in it asking for its worker's
-info, on a map-style dataset without ``worker_init_fn``; a task that asks later, while
-shared, waits until its worker's earlier tasks are done, so that each worker's generators
-draw in its own order.
+info, on a map-style dataset without ``worker_init_fn``, and where those first batches did
+not take turns on one core (:data:`TURNS`); a task that asks later, while shared, waits
+until its worker's earlier tasks are done, so that each worker's generators draw in its
+own order.
 """
 
 from __future__ import annotations
@@ -15,13 +16,20 @@ from __future__ import annotations
 import enum
 import functools
 import threading
-from typing import Any
+import time
+from typing import Any, Final
 
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.workers.contract import Outcome, Result
 from dataloaderx.workers.info import set_thread_info
 
-__all__ = ["Assignment", "TaskAssignment"]
+__all__ = ["TURNS", "Assignment", "TaskAssignment"]
+
+#: Where the workers' first tasks' CPU time, summed, over the time from the first one's start
+#: to the last one's end (cores' worth) falls in this range, the threads took turns on one
+#: core: each worker's tasks stay in its thread (``docs/thread-workers.md``, *Which thread
+#: makes a batch*).
+TURNS: Final = (0.25, 1.25)
 
 
 class Assignment(enum.Enum):
@@ -37,15 +45,46 @@ class Assignment(enum.Enum):
     SHARED = "shared"
 
 
+class _FirstTasks:
+    """What :attr:`Assignment.WATCH` watches: each worker's first task, whether its batch
+    came back, and how long it took."""
+
+    def __init__(self, num_workers: int) -> None:
+        #: The loop thread's alone: the workers whose first batch is not back yet.
+        self.unproven = set(range(num_workers))
+        #: Per worker, its first task's start (thread CPU time, wall time), written by the
+        #: worker's thread alone.
+        self.started = [(0.0, 0.0)] * num_workers
+        #: Each first task done: its (CPU seconds, start, end), guarded by the assignment's
+        #: lock.
+        self.times: list[tuple[float, float, float]] = []
+
+    def start(self, worker: int) -> None:
+        """In the thread of ``worker``: its first task starts."""
+        self.started[worker] = (time.thread_time(), time.perf_counter())
+
+    def timed(self, worker: int) -> tuple[float, float, float]:
+        """In the thread of ``worker``: its first task's times, now that it is done."""
+        cpu, start = self.started[worker]
+        return time.thread_time() - cpu, start, time.perf_counter()
+
+    def took_turns(self) -> bool:
+        """Whether the first tasks done took turns on one core (:data:`TURNS`)."""
+        times = self.times
+        span = max(end for _, _, end in times) - min(start for _, start, _ in times)
+        cores = sum(cpu for cpu, _, _ in times) / span if span > 0 else 0.0
+        return TURNS[0] <= cores < TURNS[1]
+
+
 class TaskAssignment:
     """Where one pool's tasks run, and each worker's order; thread-safe.
 
     The loop's thread reports each result while :attr:`Assignment.WATCH` lasts
-    (:meth:`made`). A worker thread calls :meth:`begin` (:meth:`begin_shared` once its
-    tasks come from the shared queue) before each task and :meth:`end` after it (or
-    instead, for a task it skips), until :meth:`begin` answers :attr:`Assignment.OWN`:
-    from then on each thread runs only its own worker's tasks, in order, and nothing is
-    asked per task.
+    (:meth:`made`). A worker thread calls :meth:`begin` (once its tasks come from the
+    shared queue, :meth:`share` once, then :meth:`begin_shared`) before each task and
+    :meth:`end` after it (or instead, for a task it skips), until :meth:`begin` answers
+    :attr:`Assignment.OWN`: from then on each thread runs only its own worker's tasks, in
+    order, and nothing is asked per task.
     """
 
     def __init__(self, num_workers: int, *, may_share: bool, stop: threading.Event) -> None:
@@ -59,10 +98,9 @@ class TaskAssignment:
         self._done_before = [0] * num_workers
         self._done_after: list[set[int]] = [set() for _ in range(num_workers)]
         self._waiting = 0
-        #: The loop thread's alone: the workers whose first batch is not back yet.
-        self._unproven = set(range(num_workers))
-        #: Per thread, the task it runs (``(worker, place)``), that thread's alone, and
-        #: what a read of its worker's info calls.
+        self._first = _FirstTasks(num_workers)
+        #: Per thread, the task it runs (``(worker, place)``), written by that thread alone,
+        #: and what a read of a worker's info in it calls.
         self._running = [(0, 0)] * num_workers
         self._hooks = [functools.partial(self._read, thread) for thread in range(num_workers)]
 
@@ -71,9 +109,10 @@ class TaskAssignment:
         ``result``; the assignment from now on."""
         with self._lock:
             if self._assignment is Assignment.WATCH and result.outcome is Outcome.BATCH:
-                self._unproven.discard(result.worker)
-                if not self._unproven:
-                    self._assignment = Assignment.SHARED
+                first = self._first
+                first.unproven.discard(result.worker)
+                if not first.unproven:
+                    self._assignment = Assignment.OWN if first.took_turns() else Assignment.SHARED
             return self._assignment
 
     def publish(self, worker: int, info: Any) -> None:
@@ -83,25 +122,35 @@ class TaskAssignment:
 
     def begin(self, thread: int, worker: int, place: int) -> Assignment:
         """Thread ``thread`` runs task ``place`` of ``worker`` next, as that worker; the
-        assignment now (with :attr:`Assignment.OWN`, :meth:`end` is not to be called)."""
+        assignment now (with :attr:`Assignment.OWN`, :meth:`end` is not to be called, and
+        the thread's tasks see their worker's info without asking this assignment)."""
         with self._lock:
             assignment = self._assignment
-        if assignment is not Assignment.OWN:
-            self.begin_shared(thread, worker, place)
+            info = self._infos[worker]
+        self._running[thread] = (worker, place)
+        set_thread_info(info, None if assignment is Assignment.OWN else self._hooks[thread])
+        if place == 0:  # a worker's first task, in its own thread
+            self._first.start(worker)
         return assignment
 
+    def share(self, thread: int) -> None:
+        """Thread ``thread`` takes its tasks from the shared queue from now on: each read of
+        a worker's info in it asks this assignment for the info of the task it runs."""
+        with self._lock:
+            info = self._infos[thread]
+        set_thread_info(info, self._hooks[thread])
+
     def begin_shared(self, thread: int, worker: int, place: int) -> None:
-        """:meth:`begin` where the assignment is known not to be :attr:`Assignment.OWN`: for
-        a thread that takes tasks from the shared queue (:attr:`Assignment.SHARED` for
-        good), and for :meth:`begin` itself. The info is read without the lock: a thread
-        that watches runs its own worker's tasks, whose info it published itself; and every
-        worker published its info before its first result, which came before the switch to
-        the shared queue (the queues order it)."""
+        """:meth:`begin` for a thread that takes tasks from the shared queue, where the
+        assignment is :attr:`Assignment.SHARED` for good (:meth:`share` was called)."""
         self._running[thread] = (worker, place)
-        set_thread_info(self._infos[worker], self._hooks[thread])
 
     def end(self, worker: int, place: int) -> None:
         """Task ``place`` of ``worker`` is done (or skipped)."""
+        if place == 0:
+            times = self._first.timed(worker)
+            with self._lock:
+                self._first.times.append(times)
         with self._lock:
             if place != self._done_before[worker]:
                 self._done_after[worker].add(place)
@@ -115,20 +164,21 @@ class TaskAssignment:
             if self._waiting:
                 self._turn.notify_all()
 
-    def _read(self, thread: int) -> None:
-        """The task of ``thread`` asked for its worker's info: keep each worker's tasks in
+    def _read(self, thread: int) -> Any:
+        """The task of ``thread`` asks for its worker's info: keep each worker's tasks in
         its own thread from now on, or, where they are shared already, wait for the worker's
-        earlier ones."""
+        earlier ones; the info."""
         worker, place = self._running[thread]
         with self._lock:
             if self._assignment is Assignment.WATCH:
                 self._assignment = Assignment.OWN
-                return
-            self._waiting += 1
-            try:
-                while self._done_before[worker] < place:
-                    if self._stop.is_set():
-                        raise RuntimeError("the loader's worker threads are stopping")
-                    self._turn.wait(POLL_SECONDS)
-            finally:
-                self._waiting -= 1
+            elif self._assignment is Assignment.SHARED:
+                self._waiting += 1
+                try:
+                    while self._done_before[worker] < place:
+                        if self._stop.is_set():
+                            raise RuntimeError("the loader's worker threads are stopping")
+                        self._turn.wait(POLL_SECONDS)
+                finally:
+                    self._waiting -= 1
+            return self._infos[worker]

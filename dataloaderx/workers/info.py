@@ -46,8 +46,8 @@ _THREAD_FIELDS: Final = {"rng", "worker_method"}
 class _Local(threading.local):
     #: The calling worker thread's ``WorkerInfo``; ``None`` in every other thread.
     info: Any = None
-    #: Called (once, then cleared) when ``info`` is first read: see :func:`set_thread_info`.
-    on_read: Callable[[], None] | None = None
+    #: Where set, what each read calls for the info instead: see :func:`set_thread_info`.
+    read: Callable[[], Any] | None = None
 
 
 _LOCAL: Final = _Local()
@@ -68,11 +68,8 @@ def _calling_thread_info(process_info: Any) -> Any:
         info = _process_info
     if info is None or sys._getframe(2).f_code is _SHARED_MEMORY_COLLATION:
         return process_info
-    on_read = _LOCAL.on_read
-    if on_read is not None:
-        _LOCAL.on_read = None
-        on_read()
-    return info
+    read = _LOCAL.read
+    return info if read is None else read()
 
 
 def install() -> None:
@@ -98,11 +95,12 @@ def install() -> None:
         _installed = True
 
 
-def set_thread_info(info: Any, on_read: Callable[[], None] | None = None) -> None:
-    """Make ``info`` what ``get_worker_info()`` returns in the calling thread; the first
-    call that returns it calls ``on_read`` first (``default_collate``'s does not count)."""
+def set_thread_info(info: Any, read: Callable[[], Any] | None = None) -> None:
+    """Make ``info`` what ``get_worker_info()`` returns in the calling thread; with ``read``,
+    each call returns what ``read()`` returns instead (``default_collate``'s call is not
+    passed on)."""
     _LOCAL.info = info
-    _LOCAL.on_read = on_read
+    _LOCAL.read = read
 
 
 def set_process_info(info: Any) -> None:

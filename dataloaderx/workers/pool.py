@@ -57,7 +57,9 @@ class WorkerThreads(WorkerPool):
         self._stop = threading.Event()
         self._assignment = TaskAssignment(
             setup.num_workers,
-            may_share=setup.dataset_kind == _DatasetKind.Map and setup.init_fn is None,
+            may_share=setup.dataset_kind == _DatasetKind.Map
+            and setup.init_fn is None
+            and setup.num_workers > 1,
             stop=self._stop,
         )
         #: The loop thread's: whether the assignment may still change, whether tasks go to
@@ -172,6 +174,7 @@ class WorkerThreads(WorkerPool):
                 if task == _STOP:
                     return
                 inbox = shared  # _SHARE
+                assignment.share(worker)
                 continue
             epoch, number, owner, place, indices = task
             if inbox is shared:
