@@ -31,6 +31,7 @@ from torch.utils.data import (
 from torch.utils.data._utils import worker as torch_worker
 
 import dataloaderx.loader as loader_module
+import dataloaderx.workers.assignment as assignment_module
 import dataloaderx.workers.info as info_module
 from dataloaderx import DataLoaderX
 from dataloaderx.workers.iterator import WorkersIterator
@@ -284,6 +285,36 @@ def test_each_workers_batches_stay_in_its_thread_where_a_batch_could_tell(why: s
     batches = list(DataLoaderX(dataset, **options))
     assert len(batches) == 20
     assert dataset.batches_in_other_threads() == []
+
+
+@pytest.mark.parametrize(
+    ("cpu_seconds", "seconds", "idle_seconds", "took_turns"),
+    [
+        ((0.2, 0.2), 0.4, 0.4, True),  # one core's worth, the other core idle: the GIL
+        ((0.2, 0.2), 0.4, 0.0, False),  # one core's worth, no core idle: the cores were taken
+        ((0.2, 0.2), 0.4, None, True),  # no idle time told: the CPU time alone
+        ((0.02, 0.02), 0.04, 0.0, True),  # too short to count idle time in
+        ((0.35, 0.35), 0.4, 0.4, False),  # both cores busy: the items release the GIL
+        ((0.01, 0.01), 0.4, 0.4, False),  # the threads mostly waited
+    ],
+)
+def test_the_first_batches_decide_whether_the_threads_took_turns_on_one_core(
+    monkeypatch: pytest.MonkeyPatch,
+    cpu_seconds: tuple[float, float],
+    seconds: float,
+    idle_seconds: float | None,
+    took_turns: bool,
+) -> None:
+    # the idle time the cores had: 100 s at the first start, 100 + idle_seconds at the end
+    told = iter([100.0, 100.0, None if idle_seconds is None else 100.0 + idle_seconds])
+    monkeypatch.setattr(assignment_module, "idle_seconds", lambda: next(told))
+    clock = iter([10.0, 10.0, 10.0 + seconds])  # perf_counter: the two starts, the decision
+    monkeypatch.setattr(assignment_module.time, "perf_counter", lambda: next(clock))
+    first = assignment_module._FirstTasks(2)
+    first.start(0)
+    first.start(1)
+    first.times = [(cpu, 10.0, 10.0 + seconds) for cpu in cpu_seconds]
+    assert first.took_turns() is took_turns
 
 
 @pytest.mark.skipif(not HAS_THREAD_FIELDS, reason="this torch's WorkerInfo has no rng field")

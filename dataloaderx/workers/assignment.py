@@ -20,16 +20,20 @@ import time
 from typing import Any, Final
 
 from dataloaderx.engine.stream import POLL_SECONDS
+from dataloaderx.util.idle import TICK, idle_seconds
 from dataloaderx.workers.contract import Outcome, Result
 from dataloaderx.workers.info import set_thread_info
 
-__all__ = ["TURNS", "Assignment", "TaskAssignment"]
+__all__ = ["IDLE", "TURNS", "Assignment", "TaskAssignment"]
 
 #: Where the workers' first tasks' CPU time, summed, over the time from the first one's start
-#: to the last one's end (cores' worth) falls in this range, the threads took turns on one
-#: core: each worker's tasks stay in its thread (``docs/thread-workers.md``, *Which thread
-#: makes a batch*).
-TURNS: Final = (0.25, 1.25)
+#: to the last one's end (cores' worth) falls in this range, and the cores this process may
+#: run on were idle for at least :data:`IDLE` cores' worth meanwhile (where the system tells
+#: it, and the time was long enough to count it in), the threads took turns on one core
+#: with another free: their items hold the GIL, and each worker's tasks stay in its thread
+#: (``docs/thread-workers.md``, *Which thread makes a batch*).
+TURNS: Final = (0.25, 1.15)
+IDLE: Final = 0.5
 
 
 class Assignment(enum.Enum):
@@ -52,28 +56,37 @@ class _FirstTasks:
     def __init__(self, num_workers: int) -> None:
         #: The loop thread's alone: the workers whose first batch is not back yet.
         self.unproven = set(range(num_workers))
-        #: Per worker, its first task's start (thread CPU time, wall time), written by the
-        #: worker's thread alone.
-        self.started = [(0.0, 0.0)] * num_workers
+        #: Per worker, its first task's start (thread CPU time, wall time, the cores' idle
+        #: time), written by the worker's thread alone before its first result.
+        self.started: list[tuple[float, float, float | None]] = [(0.0, 0.0, None)] * num_workers
         #: Each first task done: its (CPU seconds, start, end), guarded by the assignment's
         #: lock.
         self.times: list[tuple[float, float, float]] = []
 
     def start(self, worker: int) -> None:
         """In the thread of ``worker``: its first task starts."""
-        self.started[worker] = (time.thread_time(), time.perf_counter())
+        self.started[worker] = (time.thread_time(), time.perf_counter(), idle_seconds())
 
     def timed(self, worker: int) -> tuple[float, float, float]:
         """In the thread of ``worker``: its first task's times, now that it is done."""
-        cpu, start = self.started[worker]
+        cpu, start, _ = self.started[worker]
         return time.thread_time() - cpu, start, time.perf_counter()
 
     def took_turns(self) -> bool:
-        """Whether the first tasks done took turns on one core (:data:`TURNS`)."""
+        """Whether the first tasks done took turns on one core with another free
+        (:data:`TURNS`, :data:`IDLE`)."""
         times = self.times
+        if not times:
+            return False
         span = max(end for _, _, end in times) - min(start for _, start, _ in times)
         cores = sum(cpu for cpu, _, _ in times) / span if span > 0 else 0.0
-        return TURNS[0] <= cores < TURNS[1]
+        if not TURNS[0] <= cores < TURNS[1]:
+            return False
+        _, start, idle_then = min(self.started, key=lambda started: started[1])
+        idle_now, now = idle_seconds(), time.perf_counter()
+        if idle_then is None or idle_now is None or now - start < 10 * TICK:
+            return True
+        return (idle_now - idle_then) / (now - start) >= IDLE
 
 
 class TaskAssignment:
