@@ -199,7 +199,7 @@ def test_the_seeds_follow_the_loaders_generator_epoch_after_epoch(backend: str) 
 class EvenBatchesSlow(Dataset[torch.Tensor]):
     """Items ``[index, worker id or -1, draw]``, batches of 2: the items of even batches
     (worker 0's with 2 workers) take 20 ms, so a free thread has worker 0's batches to
-    take (with ``spin``, in Python code that holds the GIL, else asleep). Each item notes the
+    take (with ``spin``, 60 ms in Python code that holds the GIL, else asleep). Each item notes the
     thread that made it. The item asks for its worker's info from index ``reads_from`` on,
     and draws from its worker's generator from ``draws_from`` on (where torch has the
     field)."""
@@ -225,7 +225,7 @@ class EvenBatchesSlow(Dataset[torch.Tensor]):
             self.made_in[index] = threading.current_thread().name
         if index // 2 % 2 == 0:
             if self.spin:
-                end = time.perf_counter() + 0.02
+                end = time.perf_counter() + 0.06
                 while time.perf_counter() < end:
                     pass
             else:
@@ -263,7 +263,11 @@ def test_a_free_thread_takes_any_workers_batch_and_the_batches_stay_the_same(
 
 
 @pytest.mark.parametrize("why", ["reads its worker", "worker_init_fn", "iterable", "holds the GIL"])
-def test_each_workers_batches_stay_in_its_thread_where_a_batch_could_tell(why: str) -> None:
+def test_each_workers_batches_stay_in_its_thread_where_a_batch_could_tell(
+    why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a machine with a core to spare: the cores' idle time grows as fast as the clock
+    monkeypatch.setattr(assignment_module, "idle_seconds", time.perf_counter)
     options: dict[str, Any] = {"batch_size": 2, "num_workers": 2, **THREADS}
     if why == "iterable":  # each worker iterates its own shard: its batches are its own
 
@@ -287,13 +291,24 @@ def test_each_workers_batches_stay_in_its_thread_where_a_batch_could_tell(why: s
     assert dataset.batches_in_other_threads() == []
 
 
+def test_threads_that_hold_the_gil_share_batches_where_no_core_was_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the cores were busy with other work all along: the threads took turns for want of cores
+    monkeypatch.setattr(assignment_module, "idle_seconds", lambda: 100.0)
+    dataset = EvenBatchesSlow(spin=True)
+    batches = list(DataLoaderX(dataset, batch_size=2, num_workers=2, **THREADS))
+    assert len(batches) == 20
+    assert dataset.batches_in_other_threads()
+
+
 @pytest.mark.parametrize(
     ("cpu_seconds", "seconds", "idle_seconds", "took_turns"),
     [
         ((0.2, 0.2), 0.4, 0.4, True),  # one core's worth, the other core idle: the GIL
         ((0.2, 0.2), 0.4, 0.0, False),  # one core's worth, no core idle: the cores were taken
-        ((0.2, 0.2), 0.4, None, True),  # no idle time told: the CPU time alone
-        ((0.02, 0.02), 0.04, 0.0, True),  # too short to count idle time in
+        ((0.2, 0.2), 0.4, None, False),  # no idle time told: the GIL is not told apart
+        ((0.02, 0.02), 0.04, 0.04, False),  # too short to count idle time in
         ((0.35, 0.35), 0.4, 0.4, False),  # both cores busy: the items release the GIL
         ((0.01, 0.01), 0.4, 0.4, False),  # the threads mostly waited
     ],

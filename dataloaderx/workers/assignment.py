@@ -28,9 +28,9 @@ __all__ = ["IDLE", "TURNS", "Assignment", "TaskAssignment"]
 
 #: Where the workers' first tasks' CPU time, summed, over the time from the first one's start
 #: to the last one's end (cores' worth) falls in this range, and the cores this process may
-#: run on were idle for at least :data:`IDLE` cores' worth meanwhile (where the system tells
-#: it, and the time was long enough to count it in), the threads took turns on one core
-#: with another free: their items hold the GIL, and each worker's tasks stay in its thread
+#: run on were idle for at least :data:`IDLE` cores' worth meanwhile (which the system must
+#: tell, over a time long enough to count it in), the threads took turns on one core with
+#: another free: their items hold the GIL, and each worker's tasks stay in its thread
 #: (``docs/thread-workers.md``, *Which thread makes a batch*).
 TURNS: Final = (0.25, 1.15)
 IDLE: Final = 0.5
@@ -85,7 +85,7 @@ class _FirstTasks:
         _, start, idle_then = min(self.started, key=lambda started: started[1])
         idle_now, now = idle_seconds(), time.perf_counter()
         if idle_then is None or idle_now is None or now - start < 10 * TICK:
-            return True
+            return False  # no idle time to tell the GIL from cores that other work took
         return (idle_now - idle_then) / (now - start) >= IDLE
 
 
