@@ -7,7 +7,9 @@ shared memory waiting for it, epoch after epoch, until it is stopped.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 import time
 
@@ -21,6 +23,8 @@ from tests.helpers import SlowDataset  # noqa: E402
 
 
 def main(backend: str) -> None:
+    # Where every thread was when a Ctrl-C came, on stderr; Python's own handler still runs.
+    faulthandler.register(signal.SIGINT, all_threads=True, chain=True)
     print("started", flush=True)
     loader = DataLoaderX(
         SlowDataset(64, 0.005),
