@@ -160,11 +160,10 @@ class TaskAssignment:
 
     def end(self, worker: int, place: int) -> None:
         """Task ``place`` of ``worker`` is done (or skipped)."""
-        if place == 0:
-            times = self._first.timed(worker)
-            with self._lock:
-                self._first.times.append(times)
+        times = self._first.timed(worker) if place == 0 else None
         with self._lock:
+            if times is not None:
+                self._first.times.append(times)
             if place != self._done_before[worker]:
                 self._done_after[worker].add(place)
                 return

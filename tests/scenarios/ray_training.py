@@ -23,6 +23,9 @@ from tests.helpers import SlowDataset  # noqa: E402
 
 
 def main(backend: str) -> None:
+    # A shell that starts the suite in the background makes its children ignore SIGINT, and
+    # Python then installs no handler: restore the one a terminal's Ctrl-C meets.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Where every thread was when a Ctrl-C came, on stderr; Python's own handler still runs.
     faulthandler.register(signal.SIGINT, all_threads=True, chain=True)
     print("started", flush=True)
