@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar, cast
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from dataloaderx.contracts.backend import Backend
@@ -19,6 +20,8 @@ from dataloaderx.frameworks.ray_train import warn_if_replaced
 from dataloaderx.options import BackendSpec, resolve_backend
 from dataloaderx.resume.tracker import ResumeTracker
 from dataloaderx.workers.contract import KeptWorkers
+from dataloaderx.workers.elastic.bounds import AutoWorkers
+from dataloaderx.workers.elastic.scaling import Scaling
 from dataloaderx.workers.iterator import WorkersIterator
 from dataloaderx.workers.method import (
     MULTIPROCESSING,
@@ -74,7 +77,7 @@ class DataLoaderX(DataLoader[T_co]):
         shuffle: bool | None = None,
         sampler: Sampler[Any] | Iterable[Any] | None = None,
         batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None = None,
-        num_workers: int = 0,
+        num_workers: int | Literal["auto"] = 0,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
@@ -102,6 +105,9 @@ class DataLoaderX(DataLoader[T_co]):
         )
         self.worker_method = self._workers.method
         self.worker_options = worker_options
+        bounds = self._workers.bounds
+        #: With ``num_workers="auto"``, the pool's count across epochs; else ``None``.
+        self._scaling = None if bounds is None else Scaling(bounds)
         #: Workers a worker method keeps between epochs; released with the loader.
         self._kept_workers = KeptWorkers()
         weakref.finalize(self, self._kept_workers.close)
@@ -120,7 +126,8 @@ class DataLoaderX(DataLoader[T_co]):
             shuffle,
             sampler,
             batch_sampler,
-            num_workers,
+            # An int but "auto" (checked above) is DataLoader's to check.
+            cast(int, num_workers) if bounds is None else AutoWorkers(bounds.max_workers),
             collate_fn,
             pin_memory,
             drop_last,
@@ -147,7 +154,10 @@ class DataLoaderX(DataLoader[T_co]):
         and with ``backend_options={"stats": False}``. ``loader.stats.summary()`` says whether
         training waited for data.
         """
-        return self._stats.latest()
+        stats = self._stats.latest()
+        if stats is None or self._scaling is None:
+            return stats
+        return dataclasses.replace(stats, workers=self._scaling.history())
 
     @classmethod
     def from_config(
@@ -174,6 +184,9 @@ class DataLoaderX(DataLoader[T_co]):
             if self._previous_source is not None:
                 self._previous_source.close(timeout=None)
             self._previous_epoch = self._previous_source = None
+        resumed = self._resume.pending_workers()
+        if resumed is not None and self._scaling is not None:
+            self._scaling.resume_with(resumed)
         with self._resume.epoch(self) as tracking:
             inner = super().__iter__()
         release = None
@@ -209,7 +222,14 @@ class DataLoaderX(DataLoader[T_co]):
     def _new_iterator(self) -> Any:
         workers = self._workers
         if self.num_workers > 0 and workers.pool is not None:
-            return WorkersIterator(self, workers.pool, workers.options, self._kept_workers)
+            return WorkersIterator(
+                self,
+                workers.pool,
+                workers.options,
+                self._kept_workers,
+                scaling=self._scaling,
+                origin=self._resume.origin,
+            )
         return super()._get_iterator()
 
     def check_worker_number_rationality(self) -> None:
@@ -232,7 +252,10 @@ class DataLoaderX(DataLoader[T_co]):
         data (ints, strings, dicts and generator-state tensors) that ``torch.save`` writes
         and ``torch.load(weights_only=True)`` reads; see "Resuming mid-epoch" in the docs.
         """
-        return self._resume.state_dict(self)
+        scaling = self._scaling
+        iterable = isinstance(self.dataset, IterableDataset)
+        workers = scaling.epoch_workers if scaling is not None and iterable else None
+        return self._resume.state_dict(self, workers)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Make the next ``iter(loader)`` continue the epoch ``state_dict`` describes.

@@ -17,6 +17,7 @@ from dataloaderx.bench.runner import (
     BenchResult,
     Contestant,
     RunResult,
+    baseline_workers,
     run_bench,
 )
 from dataloaderx.cli import main
@@ -183,6 +184,7 @@ def test_debug_shows_the_exception() -> None:
     [
         ["--batch-size", "0"],
         ["--num-workers", "-1"],
+        ["--num-workers", "atuo"],
         ["--batches", "x"],
         ["--depth", "0"],
         ["--depth", "deep"],
@@ -199,7 +201,56 @@ def test_bad_numbers_are_rejected_by_the_parser(
     assert "expected " in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+def test_auto_runs_each_backend_with_elastic_threads_against_a_process_per_core() -> None:
+    config = BenchConfig(
+        dataset=load_dataset("tests.bench_fixtures:tiny"),
+        step=bench_fixtures.noop,
+        batch_size=4,
+        num_workers="auto",
+        batches=2,
+        backends=("thread", "sync"),
+        rounds=1,
+    )
+    result = run_bench(config, progress=False)
+    document = json.loads(as_json(result))
+    rows = [
+        (row["loader"], row["num_workers"], row["worker_method"]) for row in document["results"]
+    ]
+    cores = baseline_workers("auto")
+    assert rows == [
+        (BASELINE, cores, MULTIPROCESSING),
+        ("thread", "auto", THREAD),
+        ("sync", "auto", THREAD),
+    ]
+    lines = as_table(result).splitlines()
+    cells = [line.split()[:3] for line in lines[4:7]]
+    assert cells == [
+        [BASELINE, str(cores), "processes" if cores > 1 else "process"],
+        ["thread", "auto", "threads"],
+        ["sync", "auto", "threads"],
+    ]
+    assert any(
+        line.startswith("thread (auto threads) ran ") and "worker threads" in line for line in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tune", "--num-workers", "auto"], "--tune tries num_workers='auto' itself"),
+        (["--worker-method", "ray", "--num-workers", "auto"], "--num-workers auto has none"),
+    ],
+)
+def test_auto_where_it_does_not_apply_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, *TINY, "--no-progress", *args)
+    assert code == 2
+    assert out == ""
+    assert message in err
+
+
+@pytest.mark.parametrize("workers", ["0", "2", "auto"])
 def test_plot_writes_a_png(
     capsys: pytest.CaptureFixture[str], tmp_path: object, workers: str
 ) -> None:

@@ -183,7 +183,10 @@ def test_the_first_round_climbs_with_probes_then_fills_in_the_best_counts() -> N
     probes.sort(key=lambda s: (s.num_workers, s.worker_method == THREAD))
     assert all(probe.loader == "thread" and probe.depth == 2 for probe in probes)
     fills = LADDERS.settings(8, MULTIPROCESSING) + LADDERS.settings(16, THREAD)
-    assert first == list(dict.fromkeys([OWN, *probes, *fills]))
+    # Last, num_workers="auto" with the fastest worker-thread setting (the first of the
+    # fastest: the probe at 16 threads).
+    elastic = LADDERS.probe(16, THREAD).elastic_setting()
+    assert first == list(dict.fromkeys([OWN, *probes, *fills, elastic]))
     assert len(first) < len(LADDERS.all_settings())  # the other counts' backends never ran
 
 
@@ -796,3 +799,31 @@ def test_tune_from_the_command_line_prints_json_and_a_plot(
     assert document["results"][0]["loader"] in {BASELINE, "thread"}
     assert document["sweep"]["seconds"] > 0
     assert plot.stat().st_size > 0
+
+
+def test_auto_is_weighed_against_the_best_fixed_count() -> None:
+    fixed = Setting(4, "thread", 2, worker_method=THREAD)
+    elastic = fixed.elastic_setting()
+    assert elastic.label == "thread workers=auto (threads) depth=2"
+    assert elastic.loader_kwargs(4)["num_workers"] == "auto"
+    assert as_code(elastic, 4) == (
+        'DataLoaderX(dataset, batch_size=4, num_workers="auto", worker_method="thread", '
+        'backend="thread", backend_options={"depth": 2})'
+    )
+    loader = DataLoaderX.from_config(RangeDataset(8), yaml.safe_load(as_yaml(elastic, 4)))
+    assert loader._scaling is not None
+    ahead = made_result({OWN: [(20.0, 0.02)], fixed: [(40.0, 0.02)], elastic: [(44.0, 0.02)]})
+    assert (
+        "num_workers='auto' (worker threads): 44.0 batches/s against 40.0 for the best fixed "
+        "setting (thread workers=4 (threads) depth=2): ahead: the setting above"
+    ) in report.verdict(ahead)
+    behind = made_result({OWN: [(20.0, 0.02)], fixed: [(40.0, 0.02)], elastic: [(38.0, 0.02)]})
+    assert any(
+        line.startswith("num_workers='auto' (worker threads): 38.0 batches/s against 40.0")
+        and "not ahead: keep the fixed count" in line
+        for line in report.verdict(behind)
+    )
+    rows = json.loads(report.as_json(behind))["results"]
+    assert sorted(str(row["num_workers"]) for row in rows) == ["0", "4", "auto"]
+    with pytest.raises(ValueError, match="num_workers='auto' is tried with worker threads"):
+        Setting(4, "thread", 2).elastic_setting()

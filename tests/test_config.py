@@ -125,3 +125,26 @@ def test_worker_method_from_a_file(tmp_path: Path, suffix: str) -> None:
     loader = DataLoaderX.from_config(RangeDataset(6), path)
     assert loader.worker_method == "thread"
     assert sorted(int(batch[0, 0]) for batch in loader) == list(range(6))
+
+
+@pytest.mark.parametrize("suffix", ["yaml", "toml", "json", "mapping"])
+def test_elastic_workers_from_a_file_or_a_mapping(tmp_path: Path, suffix: str) -> None:
+    config: Any = {
+        "num_workers": "auto",
+        "worker_method": "thread",
+        "worker_options": {"min_workers": 2, "max_workers": 4},
+    }
+    if suffix != "mapping":
+        text = {
+            "yaml": "num_workers: auto\nworker_method: thread\n"
+            "worker_options: {min_workers: 2, max_workers: 4}\n",
+            "toml": 'num_workers = "auto"\nworker_method = "thread"\n'
+            "worker_options = {min_workers = 2, max_workers = 4}\n",
+            "json": json.dumps(config),
+        }[suffix]
+        config = tmp_path / f"loader.{suffix}"
+        config.write_text(text)
+    loader = DataLoaderX.from_config(RangeDataset(6), config)
+    assert loader._scaling is not None
+    assert loader._scaling.bounds[:2] == (2, 4)
+    assert sorted(int(batch[0, 0]) for batch in loader) == list(range(6))

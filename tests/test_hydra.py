@@ -85,3 +85,16 @@ def _override(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{key}:{item}" for key, item in value.items()) + "}"
     return str(value)
+
+
+def test_elastic_thread_workers_from_overrides() -> None:
+    config = compose(
+        "loader.num_workers=auto",
+        "+loader.worker_method=thread",
+        "+loader.worker_options={min_workers:1,max_workers:3}",
+    )
+    loader = instantiate(config.loader, dataset=RangeDataset(10))
+    assert loader._scaling is not None
+    assert loader._scaling.bounds[:2] == (1, 3)
+    expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
+    assert_same_events(run_events(iter(loader)), expected)

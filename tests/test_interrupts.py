@@ -46,10 +46,10 @@ def _next_line(lines: queue.Queue[str], timeout: float) -> str:
 
 @pytest.mark.parametrize(
     ("num_workers", "worker_method"),
-    [(0, "multiprocessing"), (2, "multiprocessing"), (2, "thread")],
+    [(0, "multiprocessing"), (2, "multiprocessing"), (2, "thread"), ("auto", "thread")],
 )
 def test_ctrl_c_interrupts_the_wait_for_a_batch(
-    backend: str, num_workers: int, worker_method: str
+    backend: str, num_workers: int | str, worker_method: str
 ) -> None:
     # The batch the loop waits for takes an hour (scenarios/ctrl_c.py): only an interrupted
     # wait can report within this test's deadlines, and the process exits without it.

@@ -127,3 +127,20 @@ def test_help_shows_both_arguments_with_their_types(capsys: pytest.CaptureFixtur
     assert "(type: Union[str, Mapping[str, Any], null], default: null)" in text
     assert "--data.loader.backend_options BACKEND_OPTIONS options for the backend" in text
     assert "(type: Optional[Mapping[str, Any]], default: null)" in text
+
+
+def test_command_line_asks_for_elastic_thread_workers() -> None:
+    loader = cli(
+        "--config",
+        str(CONFIG),
+        "--data.loader.init_args.num_workers",
+        "auto",
+        "--data.loader.init_args.worker_method",
+        "thread",
+        "--data.loader.init_args.worker_options",
+        '{"max_workers": 3}',
+    ).datamodule.train_dataloader()
+    assert loader._scaling is not None
+    assert loader._scaling.bounds.max_workers == 3
+    expected = run_events(iter(DataLoader(RangeDataset(10), batch_size=4)))
+    assert_same_events(run_events(iter(loader)), expected)

@@ -655,4 +655,6 @@ def test_bench_worker_method_ray_needs_workers_without_tune(
 ) -> None:
     # With --tune the sweep picks the counts (tests/test_bench_tune_ray.py).
     assert main(["bench", "--worker-method", "ray", "--batches", "2"]) == 2
-    assert "--worker-method ray needs workers: add --num-workers 2" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--worker-method ray needs a number of workers: --num-workers 0 has none" in error
+    assert "give --num-workers 2 (or more)" in error

@@ -29,3 +29,15 @@ def buffer_options(dataset: Dataset[torch.Tensor]) -> None:
     if stats is not None:
         assert_type(stats.depth_median, int | None)
         assert_type(stats.peak_bytes, int | None)
+
+
+def elastic_workers(dataset: Dataset[torch.Tensor]) -> None:
+    loader = DataLoaderX[torch.Tensor](
+        dataset, num_workers="auto", worker_method="thread", worker_options={"max_workers": 8}
+    )
+    stats = loader.stats
+    if stats is not None:
+        for at, workers, why in stats.workers:
+            assert_type(workers, int)
+            assert_type(why, str)
+            assert at >= 0

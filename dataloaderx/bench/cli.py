@@ -22,6 +22,7 @@ from dataloaderx.bench.tune.tuner import TuneConfig, run_tune
 from dataloaderx.engine.buffer_options import AUTO, check_depth, check_max_bytes
 from dataloaderx.registry import available_backends, registered_backends
 from dataloaderx.util.suggest import did_you_mean, quoted
+from dataloaderx.workers.elastic.bounds import AUTO as ELASTIC
 from dataloaderx.workers.method import RAY
 
 __all__ = ["add_arguments", "run"]
@@ -66,6 +67,17 @@ _budget = _number(
 )
 
 
+def _num_workers(text: str) -> int | str:
+    if text == ELASTIC:
+        return text
+    try:
+        return _non_negative_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 0 or {ELASTIC!r}, got {text!r}"
+        ) from None
+
+
 def _depth(text: str) -> int | str:
     try:
         return check_depth("bench", "--depth", text if text == AUTO else int(text))
@@ -103,10 +115,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=_positive_int, default=workload.DEFAULT_BATCH_SIZE)
     parser.add_argument(
         "--num-workers",
-        type=_non_negative_int,
+        type=_num_workers,
         default=0,
         help="your num_workers (default 0); above 0, each backend runs with worker processes "
-        "and with worker threads (worker_method='thread')",
+        "and with worker threads (worker_method='thread'); 'auto': each backend with elastic "
+        "worker threads, against DataLoader with a worker process per core",
     )
     parser.add_argument(
         "--worker-method",
@@ -195,9 +208,10 @@ def _workload(args: argparse.Namespace) -> Workload:
 def _config(args: argparse.Namespace) -> BenchConfig:
     if args.budget is not None:
         raise BenchError("--budget applies to --tune only: add --tune, or leave --budget out")
-    if args.worker_method is not None and args.num_workers == 0:
+    if args.worker_method is not None and args.num_workers in (0, ELASTIC):
         raise BenchError(
-            f"--worker-method {args.worker_method} needs workers: add --num-workers 2 (or more)"
+            f"--worker-method {args.worker_method} needs a number of workers: "
+            f"--num-workers {args.num_workers} has none; give --num-workers 2 (or more)"
         )
     run = _workload(args)
     return BenchConfig(
@@ -218,6 +232,11 @@ def _tune_config(args: argparse.Namespace) -> TuneConfig:
     for option, name in _NOT_WITH_TUNE.items():
         if getattr(args, option) is not None:
             raise BenchError(f"{name} does not apply with --tune: leave it out")
+    if args.num_workers == ELASTIC:
+        raise BenchError(
+            f"--tune tries num_workers={ELASTIC!r} itself, against your own count: give "
+            "--num-workers the count you use now, or leave it out"
+        )
     run = _workload(args)
     needed = run.batches * run.batch_size
     size = len(run.dataset) if hasattr(run.dataset, "__len__") else None

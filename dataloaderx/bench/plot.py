@@ -27,7 +27,8 @@ def pyplot() -> Any:
 
 def save_plot(result: BenchResult, path: str | os.PathLike[str]) -> None:
     """Write a PNG with batches/s per loader and, per backend, when batches were made
-    (producer) and when the training loop waited for one (consumer)."""
+    (producer) and when the training loop waited for one (consumer); with
+    ``num_workers="auto"``, the worker count over the same time."""
     plt = pyplot()
     traced = [each for each in result.runs if trace_of(result.typical(each))]
     figure, axes = plt.subplots(
@@ -55,7 +56,22 @@ def save_plot(result: BenchResult, path: str | os.PathLike[str]) -> None:
         axis.set_yticks([0, 1], ["loop waits", "producer"])
         axis.set_title(f"{contestant.label}: timeline")
         axis.set_xlabel("seconds")
+        stats = result.typical(contestant).stats
+        if stats is not None and stats.workers:  # num_workers="auto": the count over time
+            _draw_workers(axis, stats.workers, origin, max(end for _, _, end in events))
     save_figure(plt, figure, path)
+
+
+def _draw_workers(
+    axis: Any, counts: tuple[tuple[float, int, str], ...], origin: float, end: float
+) -> None:
+    """The worker count over the timeline of ``axis``, on a scale of its own."""
+    times = [max(0.0, at - origin) for at, _, _ in counts] + [end - origin]
+    workers = [count for _, count, _ in counts]
+    twin = axis.twinx()
+    twin.step(times, [*workers, workers[-1]], where="post", color="tab:purple")
+    twin.set_ylim(0, max(workers) + 1)
+    twin.set_ylabel("workers", color="tab:purple")
 
 
 def save_figure(plt: Any, figure: Any, path: str | os.PathLike[str]) -> None:

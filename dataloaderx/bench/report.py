@@ -53,6 +53,7 @@ def _rows(result: BenchResult) -> list[dict[str, Any]]:
         rows.append(
             {
                 "loader": contestant.loader,
+                "num_workers": contestant.num_workers,
                 "worker_method": contestant.worker_method,
                 "label": contestant.label,
                 "epoch_seconds": seconds,
@@ -67,6 +68,9 @@ def _rows(result: BenchResult) -> list[dict[str, Any]]:
                 "depth_max": None if run.stats is None else run.stats.depth_max,
                 "peak_bytes_held": None if run.stats is None else run.stats.peak_bytes,
                 "mode": None if run.stats is None else run.stats.mode,
+                "workers_over_time": None
+                if run.stats is None or not run.stats.workers
+                else " -> ".join(str(workers) for _, workers, _ in run.stats.workers),
                 "runs_seconds": [r.seconds for r in result.runs[contestant]],
             }
         )
@@ -86,7 +90,7 @@ def as_table(result: BenchResult) -> str:
     body: list[tuple[str, ...]] = [
         (
             row["loader"],
-            workers_text(result.config.num_workers, row["worker_method"]),
+            workers_text(row["num_workers"], row["worker_method"]),
             f"{row['epoch_seconds']:.3f}",
             f"{row['batches_per_second']:.1f}",
             f"{row['speedup_vs_dataloader']:.2f}x",
@@ -109,7 +113,12 @@ def as_table(result: BenchResult) -> str:
         if getattr(config, option) is not None:
             header += f" {option}={getattr(config, option)!r}"
     modes = [f"{row['label']} ran {row['mode']}" for row in _rows(result) if row["mode"]]
-    return "\n".join([header, "", *lines, "", *modes, result.recommendation()])
+    counts = [
+        f"{row['label']} ran {row['workers_over_time']} worker threads over the epoch"
+        for row in _rows(result)
+        if row["workers_over_time"]
+    ]
+    return "\n".join([header, "", *lines, "", *modes, *counts, result.recommendation()])
 
 
 def as_json(result: BenchResult) -> str:

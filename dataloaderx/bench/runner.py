@@ -20,6 +20,7 @@ from dataloaderx.epoch.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEven
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
+from dataloaderx.workers.elastic.bounds import AUTO, usable_cores
 from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "BenchResult",
     "Contestant",
     "RunResult",
+    "baseline_workers",
     "buffer_advice",
     "close_iterator",
     "run_bench",
@@ -48,20 +50,25 @@ WORKER_NAMES: Final = {MULTIPROCESSING: "processes", THREAD: "threads", RAY: "Ra
 _ONE_WORKER: Final = {MULTIPROCESSING: "process", THREAD: "thread", RAY: "Ray actor"}
 
 
-def workers_text(num_workers: int, worker_method: str) -> str:
-    """``"0"``, ``"1 thread"``, ``"2 processes"``: a table's cell."""
+def workers_text(num_workers: int | str, worker_method: str) -> str:
+    """``"0"``, ``"1 thread"``, ``"2 processes"``, ``"auto threads"``: a table's cell."""
     if num_workers == 0:
         return "0"
     names = _ONE_WORKER if num_workers == 1 else WORKER_NAMES
     return f"{num_workers} {names[worker_method]}"
 
 
-def worker_methods(loader: str, num_workers: int, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+def worker_methods(
+    loader: str, num_workers: int | str, extra: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """The worker methods ``loader`` is tried with: processes, and threads (and ``extra``,
     such as Ray workers) for a ``DataLoaderX`` backend with workers (``DataLoader`` has no
-    other workers; without workers the method changes nothing)."""
+    other workers; without workers the method changes nothing); with ``num_workers="auto"``,
+    threads alone."""
     if loader == BASELINE or num_workers == 0:
         return (MULTIPROCESSING,)
+    if num_workers == AUTO:
+        return (THREAD,)
     return (MULTIPROCESSING, THREAD, *extra)
 
 
@@ -70,7 +77,7 @@ class Contestant:
     """One row of the comparison: ``DataLoader`` or a backend, with its worker method."""
 
     loader: str
-    num_workers: int
+    num_workers: int | str
     worker_method: str = MULTIPROCESSING
 
     @property
@@ -78,6 +85,8 @@ class Contestant:
         """``loader``, with the worker method in brackets where there are workers."""
         if self.num_workers == 0:
             return self.loader
+        if self.num_workers == AUTO:
+            return f"{self.loader} (auto {WORKER_NAMES[self.worker_method]})"
         return f"{self.loader} ({WORKER_NAMES[self.worker_method]})"
 
 
@@ -88,7 +97,9 @@ class BenchConfig:
     dataset: Dataset[Any]
     step: Callable[[Any], object]
     batch_size: int
-    num_workers: int
+    #: A count, or ``"auto"``: each backend with elastic worker threads, against
+    #: ``DataLoader`` with a worker process per core.
+    num_workers: int | str
     batches: int
     backends: tuple[str, ...]
     rounds: int = 2
@@ -126,7 +137,7 @@ class BenchResult:
     @property
     def baseline(self) -> Contestant:
         """The ``DataLoader`` contestant."""
-        return Contestant(BASELINE, self.config.num_workers)
+        return Contestant(BASELINE, baseline_workers(self.config.num_workers))
 
     def median_seconds(self, contestant: Contestant) -> float:
         """Median epoch time of ``contestant``."""
@@ -155,10 +166,12 @@ class BenchResult:
                 return "keep DataLoader: the loop is compute-bound, no backend makes it faster"
             return (
                 "no backend helps here: the loop waits for data but loading and the step "
-                f"compete for the CPU; try num_workers>={max(2, 2 * self.config.num_workers)}"
+                f"compete for the CPU; try num_workers>={max(2, 2 * self.baseline.num_workers)}"
             )
         run = self.typical(best)
         arguments = f"backend={best.loader!r}"
+        if best.num_workers == AUTO:
+            arguments = f"num_workers={AUTO!r}, {arguments}"
         if best.worker_method != MULTIPROCESSING:
             arguments += f", worker_method={best.worker_method!r}"
         line = f"use DataLoaderX({arguments}): {self.speedup(best):.2f}x DataLoader's throughput"
@@ -201,7 +214,10 @@ def buffer_advice(stats: LoaderStats) -> str:
 
 
 def _make_loader(contestant: Contestant, config: BenchConfig) -> DataLoader[Any]:
-    common: dict[str, Any] = {"batch_size": config.batch_size, "num_workers": config.num_workers}
+    common: dict[str, Any] = {
+        "batch_size": config.batch_size,
+        "num_workers": contestant.num_workers,
+    }
     if contestant.loader == BASELINE:
         return DataLoader(config.dataset, **common)
     if contestant.worker_method != MULTIPROCESSING:
@@ -252,12 +268,18 @@ def run_once(contestant: Contestant, config: BenchConfig, progress: Progress) ->
     return RunResult(contestant.label, seconds, count, waited, first, stats)
 
 
+def baseline_workers(num_workers: int | str) -> int:
+    """``DataLoader``'s worker processes against ``num_workers``: the same count, or a
+    process per core this process may use against ``"auto"``."""
+    return usable_cores() if num_workers == AUTO else int(num_workers)
+
+
 def contestants(
-    backends: Sequence[str], num_workers: int, extra: tuple[str, ...] = ()
+    backends: Sequence[str], num_workers: int | str, extra: tuple[str, ...] = ()
 ) -> list[Contestant]:
     """``DataLoader`` first, then each backend once per worker method."""
     return [
-        Contestant(name, num_workers, method)
+        Contestant(name, baseline_workers(num_workers) if name == BASELINE else num_workers, method)
         for name in [BASELINE, *dict.fromkeys(backends)]
         for method in worker_methods(name, num_workers, extra)
     ]

@@ -51,6 +51,9 @@ class LoaderStats:
     #: Which mode ran and why, for adaptive backends (``thread``, ``auto`` on a CPU), e.g.
     #: ``"inline (prefetching did not pay: ...); 4 of 500 batches prefetched"``; else ``None``.
     mode: str | None = None
+    #: With ``num_workers="auto"``: ``(time, workers, why)`` at the epoch's start and at
+    #: each change of the worker count since; else empty.
+    workers: tuple[tuple[float, int, str], ...] = field(default=(), repr=False)
 
     @property
     def wait_fraction(self) -> float:

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from dataloaderx.errors import ResumeStateError
+from dataloaderx.workers.elastic.bounds import AUTO, AutoWorkers
 
 #: The ``"format"`` entry of every state ``DataLoaderX.state_dict()`` returns.
 STATE_FORMAT: Final = "dataloaderx.DataLoaderX"
@@ -56,8 +57,10 @@ def fingerprint(loader: DataLoader[Any]) -> dict[str, Any]:
         "sampler": _kind(loader.sampler),
         "batch_sampler": _kind(loader.batch_sampler),
     }
-    if iterable:
-        found["num_workers"] = loader.num_workers
+    if iterable:  # its shards follow the count ("auto": the count each epoch ran with)
+        found["num_workers"] = (
+            AUTO if isinstance(loader.num_workers, AutoWorkers) else int(loader.num_workers)
+        )
     else:
         found["dataset_length"] = _length(loader.dataset)
         found["batches_per_epoch"] = _length(loader)
@@ -73,6 +76,9 @@ class Plan:
     rng: dict[str, torch.Tensor]
     new_iterator: bool
     dataset_state: Any
+    #: The count of workers the epoch ran with, where its batches depend on it (an
+    #: iterable dataset's shards, with ``num_workers="auto"``); else ``None``.
+    workers: int | None = None
 
 
 def _corrupt(key: str, expected: str, value: object) -> ResumeStateError:
@@ -160,4 +166,7 @@ def parse_state(loader: DataLoader[Any], state: object) -> Plan:
     new_iterator = state.get("new_iterator")
     if not isinstance(new_iterator, bool):
         raise _corrupt("new_iterator", "a bool", new_iterator)
-    return Plan(epoch, consumed, rng, new_iterator, state.get("dataset_state"))
+    workers = state.get("workers")
+    if workers is not None:
+        workers = _int_at_least(state, "workers", 1)
+    return Plan(epoch, consumed, rng, new_iterator, state.get("dataset_state"), workers)

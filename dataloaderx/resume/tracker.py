@@ -152,6 +152,12 @@ class ResumeTracker:
             self._making_iterator = False
             self._indices = None
 
+    def origin(self) -> tuple[int, int]:
+        """The epoch under way (or starting): its index, and the batches it had handed out
+        before it was resumed (0 for an epoch that was not)."""
+        epoch = self._epoch
+        return (0, 0) if epoch is None else (epoch.index, epoch.position.start)
+
     def _reuses_iterator(self, loader: DataLoader[Any]) -> bool:
         persistent = loader.persistent_workers and loader.num_workers > 0
         return persistent and loader._iterator is not None
@@ -205,8 +211,14 @@ class ResumeTracker:
             stacklevel=6,
         )
 
-    def state_dict(self, loader: DataLoader[Any]) -> dict[str, Any]:
-        """The position after the last batch handed to the training loop."""
+    def pending_workers(self) -> int | None:
+        """The count of workers the loaded state's epoch ran with, where its batches
+        depend on it (see :class:`Plan`), until the next epoch starts; else ``None``."""
+        return None if self._pending is None else self._pending.workers
+
+    def state_dict(self, loader: DataLoader[Any], workers: int | None = None) -> dict[str, Any]:
+        """The position after the last batch handed to the training loop; ``workers``: the
+        count the epoch under way runs with, where its batches depend on it."""
         if loader.num_workers > 0 and not loader.in_order:
             raise ValueError(
                 "state_dict() needs in_order=True when num_workers > 0: with "
@@ -224,6 +236,7 @@ class ResumeTracker:
             "rng": dict(plan.rng),
             "new_iterator": plan.new_iterator,
             "dataset_state": plan.dataset_state,
+            "workers": plan.workers if self._pending else (workers if plan.consumed else None),
         }
 
     def _next_epoch_plan(self, loader: DataLoader[Any]) -> Plan:

@@ -166,12 +166,16 @@ class WorkerPool(abc.ABC):
         name: str,
         options: Any = None,
         kept: KeptWorkers | None = None,
+        *,
+        workers: int | None = None,
     ) -> None:
-        """Start the workers; ``options`` is :meth:`check_options`' result, and ``kept`` is
-        where the loader keeps workers between its epochs."""
+        """Start the workers; ``options`` is :meth:`check_options`' result, ``kept`` is
+        where the loader keeps workers between its epochs, and ``workers`` how many an
+        elastic pool starts with (``setup.num_workers`` is then the most it runs)."""
         self._setup = setup
         self._options = options
         self._kept = KeptWorkers() if kept is None else kept
+        self._workers = setup.num_workers if workers is None else workers
         self._start(name)
 
     @abc.abstractmethod
@@ -208,6 +212,26 @@ class WorkerPool(abc.ABC):
         """Whether ``num_workers`` beyond this machine's cores deserves ``DataLoader``'s
         warning (workers that compete for them); by default not."""
         return False
+
+    @classmethod
+    def most_workers(cls, options: Any) -> int | None:
+        """For an elastic pool (``num_workers="auto"``), the most workers it runs where
+        ``worker_options`` does not bound them; ``None`` (the default): not elastic."""
+        return None
+
+    def scheduled_workers(self) -> int:
+        """How many workers this epoch's tasks go to (worker ids ``0..n-1``); by default
+        ``setup.num_workers``."""
+        return self._setup.num_workers
+
+    def resize(self, workers: int) -> int:
+        """Run ``workers`` workers from now on, where the pool is elastic; how many workers
+        take tasks now. By default the pool keeps its count."""
+        return self._workers
+
+    def set_origin(self, epoch: int, first_batch: int) -> None:  # noqa: B027 - a default
+        """The epoch about to start is the loader's ``epoch``, resumed after ``first_batch``
+        batches: an elastic pool seeds each batch from them. By default nothing."""
 
     @abc.abstractmethod
     def send(self, worker: int, task: int, indices: Any) -> None:

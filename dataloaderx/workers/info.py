@@ -117,11 +117,15 @@ def worker_info(
     num_workers: int,
     base_seed: int,
     method: str = "thread",
+    *,
+    batch_seed: int | None = None,
 ) -> Any:
     """The ``WorkerInfo`` of worker ``worker_id``: the seed a worker process would get from
     the same base seed; where torch's ``WorkerInfo`` has them, ``worker_method`` and
-    per-worker generators in the states a worker process's global ones start from."""
-    seed = base_seed + worker_id
+    per-worker generators in the states a worker process's global ones start from. With
+    ``batch_seed``, the info of one batch of an elastic pool: the seed and the generators
+    are the batch's, whichever worker makes it."""
+    seed = base_seed + worker_id if batch_seed is None else batch_seed
     fields: dict[str, Any] = {
         "id": worker_id,
         "num_workers": num_workers,
@@ -137,7 +141,11 @@ def worker_info(
     if names >= _THREAD_FIELDS:
         from dataloaderx.workers.worker_rng import NumpySeed, WorkerRNG  # torch has _RNG
 
-        numpy_seed = torch_worker._generate_state(base_seed, worker_id)  # type: ignore[no-untyped-call]
+        numpy_seed = (  # a worker process's, or the batch's
+            torch_worker._generate_state(base_seed, worker_id)  # type: ignore[no-untyped-call]
+            if batch_seed is None
+            else torch_worker._generate_state(batch_seed, 0)  # type: ignore[no-untyped-call]
+        )
         fields["rng"] = WorkerRNG(
             random_generator=random.Random(seed),
             torch_generator=torch.Generator().manual_seed(seed),

@@ -16,6 +16,7 @@ import os
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import torch
@@ -26,6 +27,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from dataloaderx.engine.producer import thread_name
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.workers.contract import KeptWorkers, Outcome, Result, WorkerPool, WorkerSetup
+from dataloaderx.workers.elastic.scaling import Scaling
 from dataloaderx.workers.info import install
 from dataloaderx.workers.schedule import Schedule
 
@@ -58,7 +60,13 @@ class WorkersIterator(_BaseDataLoaderIter):
         pool_class: type[WorkerPool],
         options: Any = None,
         kept: KeptWorkers | None = None,
+        *,
+        scaling: Scaling | None = None,
+        origin: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
+        """With ``scaling``, the pool is elastic, sized by it (``num_workers`` is then the
+        most workers); ``origin`` says which epoch of the loader starts, and after how many
+        of its batches (a resumed one)."""
         super().__init__(loader)
         install()
         self._prefetch_factor: int = loader.prefetch_factor or 2
@@ -78,7 +86,15 @@ class WorkersIterator(_BaseDataLoaderIter):
             base_seed=int(self._base_seed),
             pin=pin,
         )
-        self._pool = pool_class(setup, thread_name("worker"), options, kept)
+        self._scaling = scaling
+        self._origin = origin
+        self._pool = pool_class(
+            setup,
+            thread_name("worker"),
+            options,
+            kept,
+            workers=None if scaling is None else scaling.workers,
+        )
         #: The workers, by worker id (where PyTorch's iterator has its processes).
         self._workers = self._pool.handles
         self._finalizer = weakref.finalize(self, _stop, self._pool, os.getpid())
@@ -88,9 +104,16 @@ class WorkersIterator(_BaseDataLoaderIter):
 
     def _reset(self, loader: DataLoader[Any], first_iter: bool = False) -> None:
         super()._reset(loader, first_iter)
+        pool, scaling = self._pool, self._scaling
+        if scaling is not None:  # before the epoch: an iterable dataset's count changes there
+            scaling.new_epoch()
+            pool.resize(scaling.workers)
         if not first_iter:
-            self._epoch = self._pool.new_epoch()
-        self._schedule = Schedule(self._num_workers, self._prefetch_factor, self._in_order)
+            self._epoch = pool.new_epoch()
+        pool.set_origin(*self._origin())
+        self._schedule = Schedule(pool.scheduled_workers(), self._prefetch_factor, self._in_order)
+        if scaling is not None:
+            self._schedule.limit = self._prefetch_factor * pool.resize(scaling.workers)
         for _ in range(self._schedule.limit):
             self._try_put_index()
 
@@ -105,7 +128,7 @@ class WorkersIterator(_BaseDataLoaderIter):
         self._pool.send(worker, self._schedule.sent_to(worker), indices)
 
     def _next_data(self) -> Any:
-        schedule = self._schedule
+        schedule, scaling = self._schedule, self._scaling
         while True:
             result = schedule.ready()
             if result is None:
@@ -113,13 +136,31 @@ class WorkersIterator(_BaseDataLoaderIter):
                     if not self._persistent_workers:
                         self._shutdown_workers()
                     raise StopIteration
-                result = schedule.arrived(self._receive())
+                result = schedule.arrived(
+                    self._receive() if scaling is None else self._timed_receive(scaling)
+                )
                 if result is None:  # it came early, or its worker ran out of batches
                     self._try_put_index()
                     continue
             schedule.handed_out(result)
+            if scaling is not None:
+                self._rescale(scaling)
             self._try_put_index()
             return self._open(result)
+
+    def _timed_receive(self, scaling: Scaling) -> Result:
+        """:meth:`_receive`, its wait told to ``scaling``."""
+        start = time.perf_counter()
+        try:
+            return self._receive()
+        finally:
+            scaling.waited(time.perf_counter() - start)
+
+    def _rescale(self, scaling: Scaling) -> None:
+        """A batch left the pool: resize it where ``scaling`` decides to."""
+        workers = scaling.handed_out()
+        if workers is not None:
+            self._schedule.limit = self._prefetch_factor * self._pool.resize(workers)
 
     def _receive(self) -> Result:
         """The next result of this epoch; raise after ``timeout`` seconds, as ``DataLoader``,

@@ -13,10 +13,12 @@ from torch.utils.data.datapipes.datapipe import IterDataPipe, MapDataPipe
 
 from dataloaderx.util.suggest import did_you_mean, quoted
 from dataloaderx.workers.contract import WorkerPool
+from dataloaderx.workers.elastic.bounds import AUTO, BOUND_KEYS, AutoWorkers, Bounds, elastic_bounds
 from dataloaderx.workers.registry import (
     MULTIPROCESSING,
     RAY,
     THREAD,
+    elastic_pool_class,
     is_worker_method,
     pool_class,
     worker_method_names,
@@ -55,6 +57,8 @@ class Workers:
     pool: type[WorkerPool] | None
     #: ``pool.check_options``' result, given to each pool the loader starts.
     options: Any
+    #: With ``num_workers="auto"``, where the pool's count stays; else ``None``.
+    bounds: Bounds | None = None
 
     def counts_as_cores(self) -> bool:
         """Whether ``num_workers`` beyond this machine's cores deserves ``DataLoader``'s
@@ -68,7 +72,7 @@ def resolve_workers(
     worker_method: object,
     worker_options: object,
     *,
-    num_workers: int,
+    num_workers: int | str,
     dataset: object,
     multiprocessing_context: Any,
 ) -> Workers:
@@ -87,6 +91,14 @@ def resolve_workers(
             f"worker_options must be a mapping such as {{'num_cpus': 1}} or None, "
             f"got {worker_options!r} ({type(worker_options).__name__})"
         )
+    if num_workers == AUTO or isinstance(num_workers, AutoWorkers):
+        return _elastic(method, options, dataset, multiprocessing_context)
+    bounds = [key for key in BOUND_KEYS if key in options]
+    if bounds:
+        raise ValueError(
+            f"worker_options {' and '.join(bounds)} bound num_workers='auto', and "
+            f"num_workers={num_workers!r} is fixed; use num_workers='auto', or remove them"
+        )
     with_workers = isinstance(num_workers, int) and num_workers > 0
     if options and (method == MULTIPROCESSING or not with_workers):
         raise ValueError(
@@ -97,21 +109,46 @@ def resolve_workers(
     if method == MULTIPROCESSING:
         return Workers(method, None, None)
     pool = pool_class(method)
-    if with_workers:
-        pool.check_arguments(
-            num_workers=num_workers,
-            dataset=dataset,
-            multiprocessing_context=multiprocessing_context,
-        )
-        if isinstance(dataset, (IterDataPipe, MapDataPipe)):
-            raise ValueError(
-                f"worker_method={method!r} cannot shard the datapipe "
-                f"{type(dataset).__name__}: each worker process shards its own copy of the "
-                "graph, which these workers do not have; use worker_method='multiprocessing'"
-            )
+    if isinstance(num_workers, int) and num_workers > 0:
+        _check_arguments(pool, method, num_workers, dataset, multiprocessing_context)
     checked = pool.check_options(options)
     torch_runs = method == THREAD and dataloader_takes_worker_method()
     return Workers(method, None if torch_runs else pool, checked)
+
+
+def _elastic(
+    method: WorkerMethod, options: Mapping[str, Any], dataset: object, multiprocessing_context: Any
+) -> Workers:
+    """:func:`resolve_workers` for ``num_workers="auto"``."""
+    pool = None if method == MULTIPROCESSING else elastic_pool_class(method)
+    if pool is None:
+        raise ValueError(
+            f"num_workers='auto' sizes the workers of worker_method='thread' while training "
+            f"runs, and worker_method={method!r} has no such workers; use "
+            "worker_method='thread', or give num_workers an int"
+        )
+    rest = {key: value for key, value in options.items() if key not in BOUND_KEYS}
+    bounds = elastic_bounds(options, most=pool.most_workers(rest) or 1, method=method)
+    _check_arguments(pool, method, bounds.max_workers, dataset, multiprocessing_context)
+    return Workers(method, pool, pool.check_options(rest), bounds)
+
+
+def _check_arguments(
+    pool: type[WorkerPool],
+    method: str,
+    num_workers: int,
+    dataset: object,
+    multiprocessing_context: Any,
+) -> None:
+    pool.check_arguments(
+        num_workers=num_workers, dataset=dataset, multiprocessing_context=multiprocessing_context
+    )
+    if isinstance(dataset, (IterDataPipe, MapDataPipe)):
+        raise ValueError(
+            f"worker_method={method!r} cannot shard the datapipe "
+            f"{type(dataset).__name__}: each worker process shards its own copy of the "
+            "graph, which these workers do not have; use worker_method='multiprocessing'"
+        )
 
 
 def _checked_name(worker_method: object) -> WorkerMethod:

@@ -21,11 +21,11 @@ from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS, POLL_SECONDS
 from dataloaderx.workers.assignment import Assignment, TaskAssignment
-from dataloaderx.workers.contract import Outcome, Result, WorkerPool
+from dataloaderx.workers.contract import Outcome, Result, WorkerPool, WorkerSetup
 from dataloaderx.workers.core import WorkerCore, WorkerKind
 from dataloaderx.workers.intra_op import one_intra_op_thread
 
-__all__ = ["WorkerThreads"]
+__all__ = ["WorkerThreads", "thread_core", "where"]
 
 
 #: ``(epoch, task, worker, place, indices)``: task number ``task`` of ``epoch``, the batch
@@ -37,6 +37,28 @@ _Task = tuple[int, int, int, int, Any]
 _SHARE = "share"
 #: Sent to a worker: end.
 _STOP = "stop"
+
+
+def where(worker: int) -> str:
+    """How an error names worker thread ``worker``."""
+    return f"in DataLoader worker thread {worker}"
+
+
+def thread_core(setup: WorkerSetup, worker: int, method: str) -> WorkerCore:
+    """In a new worker thread: its device and intra-op threads set, the core of ``worker``."""
+    if setup.pin is not None:  # the current device is per thread, and starts at 0
+        torch.accelerator.set_device_index(setup.pin[1])
+    one_thread = one_intra_op_thread()
+    if one_thread is not None:  # before worker_init_fn, which may set another count
+        one_thread()
+    return WorkerCore(
+        lambda: setup,
+        worker,
+        kind=WorkerKind.THREAD,
+        method=method,
+        where=where(worker),
+        finish=None if setup.pin is None else functools.partial(pin_memory, device=setup.pin[0]),
+    )
 
 
 class WorkerThreads(WorkerPool):
@@ -68,7 +90,7 @@ class WorkerThreads(WorkerPool):
         self._sharing = False
         self._places = [0] * setup.num_workers
         #: How an error names each worker, whichever thread ran its task.
-        self._where = [f"in DataLoader worker thread {n}" for n in range(setup.num_workers)]
+        self._where = [where(n) for n in range(setup.num_workers)]
         self._lock = threading.Lock()
         self._epoch = 0  #: guarded by ``_lock``
         self.threads = [
@@ -144,21 +166,7 @@ class WorkerThreads(WorkerPool):
 
     def _serve(self, worker: int) -> None:
         setup = self._setup
-        if setup.pin is not None:  # the current device is per thread, and starts at 0
-            torch.accelerator.set_device_index(setup.pin[1])
-        one_thread = one_intra_op_thread()
-        if one_thread is not None:  # before worker_init_fn, which may set another count
-            one_thread()
-        core = WorkerCore(
-            lambda: setup,
-            worker,
-            kind=WorkerKind.THREAD,
-            method=self.name,
-            where=self._where[worker],
-            finish=None
-            if setup.pin is None
-            else functools.partial(pin_memory, device=setup.pin[0]),
-        )
+        core = thread_core(setup, worker, self.name)
         core.start_epoch(setup.base_seed, fresh=True)
         assignment = self._assignment
         assignment.publish(worker, core.info)

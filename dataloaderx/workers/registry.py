@@ -10,6 +10,7 @@ on the first listing); built-in names win clashes.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import threading
 from typing import Final, NoReturn
@@ -23,6 +24,7 @@ __all__ = [
     "MULTIPROCESSING",
     "RAY",
     "THREAD",
+    "elastic_pool_class",
     "is_worker_method",
     "pool_class",
     "worker_method_names",
@@ -37,6 +39,10 @@ RAY: Final = "ray"
 _BUILTINS: Final[dict[str, tuple[str, str | None]]] = {
     THREAD: ("dataloaderx.workers.pool:WorkerThreads", None),
     RAY: ("dataloaderx.workers.ray.pool:RayWorkers", "ray"),
+}
+#: Built-in pools for ``num_workers="auto"``, by the worker method they size.
+_ELASTIC: Final[dict[str, str]] = {
+    THREAD: "dataloaderx.workers.elastic.threads:ElasticThreads",
 }
 
 
@@ -112,4 +118,16 @@ def pool_class(name: str) -> type[WorkerPool]:
     pool.name = name
     with _lock:
         _loaded[name] = pool
+    return pool
+
+
+def elastic_pool_class(name: str) -> type[WorkerPool] | None:
+    """The pool class of worker method ``name`` with ``num_workers="auto"``, or ``None``
+    where the method has none (a plugin's, ``"multiprocessing"``)."""
+    target = _ELASTIC.get(name)
+    if target is None:
+        return None
+    module, _, attribute = target.partition(":")
+    pool: type[WorkerPool] = getattr(importlib.import_module(module), attribute)
+    pool.name = name
     return pool

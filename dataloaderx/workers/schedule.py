@@ -21,7 +21,7 @@ class Schedule:
     """The tasks of one epoch that are sent and not yet handed out."""
 
     def __init__(self, num_workers: int, prefetch_factor: int, in_order: bool) -> None:
-        #: The most tasks out at once.
+        #: The most tasks out at once (the iterator of an elastic pool sets it for the count).
         self.limit = prefetch_factor * num_workers
         self._in_order = in_order
         #: Tasks sent so far; a task's number is its place in that order.
@@ -48,7 +48,7 @@ class Schedule:
         for _ in range(len(self._active)):
             worker = next(self._cycle)
             if self._active[worker] and (
-                self._in_order or self._load[worker] < self.limit // active
+                self._in_order or self._load[worker] < max(1, self.limit // active)
             ):
                 return worker
         return None

@@ -1,9 +1,10 @@
 """Iterate a DataLoaderX whose second batch never comes until SIGINT arrives; report it.
 
-Usage: ctrl_c.py BACKEND NUM_WORKERS [WORKER_METHOD]. Prints ``READY`` after the first batch,
-``WAITING`` once the loop is inside ``next()`` for the second (every item but the first
-sleeps for ``STALL_SECONDS``, far longer than the test waits), then ``INTERRUPTED`` when
-the loop sees ``KeyboardInterrupt``, which it re-raises.
+Usage: ctrl_c.py BACKEND NUM_WORKERS [WORKER_METHOD] (NUM_WORKERS: a count, or auto).
+Prints ``READY`` after the first batch, ``WAITING`` once the loop is inside ``next()`` for
+the second (every item but the first sleeps for ``STALL_SECONDS``, far longer than the
+test waits), then ``INTERRUPTED`` when the loop sees ``KeyboardInterrupt``, which it
+re-raises.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 from dataloaderx import DataLoaderX, PrefetchIterator
 from tests.helpers import StallingDataset
@@ -33,7 +35,7 @@ def announce_the_wait(loop: int) -> None:
         time.sleep(0.005)
 
 
-def main(backend: str, num_workers: int, worker_method: str) -> None:
+def main(backend: str, num_workers: Any, worker_method: str) -> None:
     # A shell that starts the suite in the background makes its children ignore SIGINT, and
     # Python then installs no handler: restore the one a terminal's Ctrl-C meets.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -60,4 +62,5 @@ def main(backend: str, num_workers: int, worker_method: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "multiprocessing")
+    count = sys.argv[2] if sys.argv[2] == "auto" else int(sys.argv[2])
+    main(sys.argv[1], count, sys.argv[3] if len(sys.argv) > 3 else "multiprocessing")

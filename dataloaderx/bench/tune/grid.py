@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
 from dataloaderx.util.suggest import quoted
+from dataloaderx.workers.elastic.bounds import AUTO
 from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
 
 #: The worker methods ``--tune`` tries.
@@ -52,6 +54,9 @@ class Setting:
     #: ``"thread"`` or ``"ray"``: the workers are threads or Ray actors (``DataLoaderX``
     #: backends only).
     worker_method: str = MULTIPROCESSING
+    #: ``num_workers="auto"`` (worker threads only): the pool sized while it runs; the
+    #: other fields are those of the fixed setting it is weighed against.
+    elastic: bool = False
 
     def __post_init__(self) -> None:
         if self.worker_method not in _TUNED_METHODS:
@@ -63,11 +68,17 @@ class Setting:
                 f"{self.loader} has worker processes only: worker_method="
                 f"{self.worker_method!r} needs a DataLoaderX backend"
             )
+        if self.elastic and self.worker_method != THREAD:
+            raise ValueError(f"num_workers='auto' is tried with worker threads, not {self.label}")
+
+    def elastic_setting(self) -> Setting:
+        """This setting with ``num_workers="auto"`` instead of its fixed count."""
+        return dataclasses.replace(self, elastic=True)
 
     @property
     def label(self) -> str:
         """A short name for tables and the progress bar."""
-        parts = [self.loader, f"workers={self.num_workers}"]
+        parts = [self.loader, f"workers={AUTO if self.elastic else self.num_workers}"]
         if self.worker_method != MULTIPROCESSING:
             parts.append(f"({WORKER_NAMES[self.worker_method]})")
         if self.depth is not None:
@@ -86,6 +97,8 @@ class Setting:
         kwargs: dict[str, Any] = {"batch_size": batch_size, "num_workers": self.num_workers}
         if self.worker_method != MULTIPROCESSING:
             kwargs["worker_method"] = self.worker_method
+        if self.elastic:
+            kwargs["num_workers"] = AUTO
         if self.pin_memory:
             kwargs["pin_memory"] = True
         if self.loader != BASELINE:

@@ -24,7 +24,8 @@ def _lines(result: TuneResult) -> dict[tuple[str, str], dict[int, float]]:
     """Per loader and worker method, the best median rate at each worker count (over depths
     and ``pin_memory``). The settings without workers start every line of their loader."""
     lines: dict[tuple[str, str], dict[int, float]] = {}
-    workers_first = sorted(result.sweep.runs, key=lambda setting: setting.num_workers == 0)
+    fixed = [setting for setting in result.sweep.runs if not setting.elastic]  # by count
+    workers_first = sorted(fixed, key=lambda setting: setting.num_workers == 0)
     for setting in workers_first:  # so that a loader's lines exist by its count 0
         if setting.num_workers == 0:
             keys = [key for key in lines if key[0] == setting.loader]

@@ -10,6 +10,7 @@ from dataloaderx.bench.runner import WORKER_NAMES, workers_text
 from dataloaderx.bench.tune.grid import Setting
 from dataloaderx.bench.tune.memory import MEMORY_HINT
 from dataloaderx.bench.tune.tuner import TuneResult, as_code, as_yaml
+from dataloaderx.workers.elastic.bounds import AUTO
 
 __all__ = ["as_json", "as_table", "verdict"]
 
@@ -37,7 +38,7 @@ def _row(result: TuneResult, setting: Setting) -> dict[str, Any]:
     startup = result.startup_seconds(setting)
     return {
         "loader": setting.loader,
-        "num_workers": setting.num_workers,
+        "num_workers": AUTO if setting.elastic else setting.num_workers,
         "worker_method": setting.worker_method,
         "depth": setting.depth,
         "pin_memory": setting.pin_memory,
@@ -95,6 +96,9 @@ def verdict(result: TuneResult) -> list[str]:
             f"data loading costs you {100 * (1 - rate / ceiling):.0f}% of what your step "
             f"allows ({rate:.1f} of {ceiling:.1f} batches/s)"
         )
+    elastic = _elastic(result)
+    if elastic:
+        lines.append(elastic)
     memory = _memory(result, best, answer.runner_up)
     if memory:
         lines.append(memory)
@@ -105,6 +109,26 @@ def verdict(result: TuneResult) -> list[str]:
             f"{noisy.label} running"
         )
     return lines
+
+
+def _elastic(result: TuneResult) -> str:
+    """Whether ``num_workers="auto"`` beat the best fixed count, where it ran."""
+    runs = result.sweep.runs
+    elastic = next((setting for setting in runs if setting.elastic), None)
+    if elastic is None:
+        return ""
+    fixed = max((setting for setting in runs if not setting.elastic), key=result.rate)
+    rate, against = result.rate(elastic), result.rate(fixed)
+    line = (
+        f"num_workers='auto' (worker threads): {rate:.1f} batches/s against "
+        f"{against:.1f} for the best fixed setting ({fixed.label}): "
+    )
+    if result.answer().best.elastic:
+        return line + "ahead: the setting above"
+    return line + (
+        "not ahead: keep the fixed count (over a run this short the pool mostly ran at its "
+        "start, the cores; it resizes while training runs)"
+    )
 
 
 def _memory(result: TuneResult, best: Setting, runner_up: Setting | None) -> str:

@@ -12,7 +12,8 @@
    and processes may pay where threads fight over the GIL). Then every other setting (each
    backend and depth, ``DataLoader``) runs at each ladder's best count. So the first round
    grows with the ladders plus the backends, not with their product, and a slow workload
-   still reaches the counts that pay within a short budget.
+   still reaches the counts that pay within a short budget. Last, where threads were
+   tried, the fastest worker-thread setting runs with ``num_workers="auto"``.
 2. **Pruning.** A setting whose first run reached less than :data:`KEEP_SHARE` of the best
    first run is clearly behind and dropped; at most :data:`MAX_LEADERS` of the rest, best
    first, are the leaders, whatever their worker method. The best first run is always a
@@ -35,7 +36,7 @@ from typing import Final, Protocol
 from dataloaderx.bench.runner import WORKER_NAMES
 from dataloaderx.bench.tune.grid import Grid, Setting
 from dataloaderx.bench.tune.measure import Measurement
-from dataloaderx.workers.method import RAY
+from dataloaderx.workers.method import RAY, THREAD
 
 __all__ = ["Budget", "SweepResult", "run_sweep", "spread"]
 
@@ -184,7 +185,7 @@ class _Sweeper:
         if not self.run(own, "first round"):
             return
         ladders = [_Ladder(method, counts) for method, counts in grid.ladders().items()]
-        finished = self.climb(grid, ladders) and self.fill(grid, ladders)
+        finished = self.climb(grid, ladders) and self.fill(grid, ladders) and self.elastic()
         reasons = [ladder.stopped for ladder in ladders if ladder.stopped]
         if not finished:
             reasons.append(
@@ -214,6 +215,15 @@ class _Sweeper:
                 if not self.once(setting):
                     return False
         return True
+
+    def elastic(self) -> bool:
+        """Run ``num_workers="auto"`` with the fastest worker-thread setting so far (where
+        threads were tried); ``False`` where the budget ran out."""
+        runs = self.result.runs
+        threads = [setting for setting in runs if setting.worker_method == THREAD]
+        if not threads:
+            return True
+        return self.once(max(threads, key=lambda setting: runs[setting][0].rate).elastic_setting())
 
     def once(self, setting: Setting) -> bool:
         """Run ``setting`` in the first round unless it ran; ``False`` where it could not."""

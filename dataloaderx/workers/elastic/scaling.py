@@ -1,0 +1,128 @@
+"""``Scaling``: a loader's elastic worker count, kept across its epochs: the windows measured,
+the policy's decisions, and each change with its reason; thread-safe."""
+
+from __future__ import annotations
+
+import threading
+from time import perf_counter
+from typing import Final
+
+from dataloaderx.workers.elastic.bounds import Bounds
+from dataloaderx.workers.elastic.policy import ScalePolicy, Window
+
+__all__ = ["WINDOW_BATCHES", "WINDOW_SECONDS", "Resize", "Scaling"]
+
+#: A window lasts at least this long, and holds at least this many batches and two per
+#: worker: enough that one batch more or less moves its rate by a few percent at most.
+WINDOW_SECONDS: Final = 0.5
+WINDOW_BATCHES: Final = 16
+
+
+#: ``(at, workers, why)``: the worker count from ``at`` (``time.perf_counter()``) on.
+Resize = tuple[float, int, str]
+
+
+class Scaling:
+    """The worker count of a loader with ``num_workers="auto"``, within ``bounds``.
+
+    The thread that takes the pool's batches calls :meth:`waited` for each wait for one and
+    :meth:`handed_out` for each batch; :meth:`handed_out` answers a new count when the
+    policy makes a change. After a change, and at an epoch's start, the batches already on
+    their way (two per worker, before and after the change) are not measured.
+    """
+
+    def __reduce__(self) -> tuple[type[Scaling], tuple[Bounds]]:
+        # A copy of the loader (pickled, deep-copied) sizes its own pool from the start.
+        return Scaling, (self.bounds,)
+
+    def __init__(self, bounds: Bounds) -> None:
+        self.bounds = bounds
+        self._lock = threading.Lock()
+        #: Guarded by ``_lock`` from here on.
+        self._policy = ScalePolicy(bounds.min_workers, bounds.max_workers)
+        self._workers = bounds.start
+        self._history: list[Resize] = [
+            (perf_counter(), bounds.start, "the cores this process may use")
+        ]
+        self._epoch_start = perf_counter()
+        self._epoch_workers = bounds.start
+        self._settle = 0
+        self._start: float | None = None
+        self._batches = 0
+        self._wait = 0.0
+
+    @property
+    def workers(self) -> int:
+        """The worker count now."""
+        with self._lock:
+            return self._workers
+
+    @property
+    def epoch_workers(self) -> int:
+        """The count at the latest epoch's start: an iterable dataset's epoch runs with it."""
+        with self._lock:
+            return self._epoch_workers
+
+    def resume_with(self, workers: int) -> None:
+        """The next epoch continues a saved one that ran ``workers`` workers: so does it."""
+        with self._lock:
+            bounds = self.bounds
+            workers = min(bounds.max_workers, max(bounds.min_workers, workers))
+            if workers != self._workers:
+                self._resize(workers, "the count of the epoch resumed", perf_counter())
+
+    def history(self) -> tuple[Resize, ...]:
+        """The count at the latest epoch's start, and every change since."""
+        with self._lock:
+            since, history = self._epoch_start, list(self._history)
+        first = max((k for k, (at, _, _) in enumerate(history) if at <= since), default=0)
+        return tuple(history[first:])
+
+    def new_epoch(self) -> None:
+        """An epoch starts: its first batches (the pool filling, and a window's worth while
+        its caches warm) are not measured."""
+        with self._lock:
+            self._epoch_start = perf_counter()
+            self._epoch_workers = self._workers
+            self._restart(self._workers)
+            self._settle += WINDOW_BATCHES
+
+    def waited(self, seconds: float) -> None:
+        """The loader waited ``seconds`` for the pool's next batch."""
+        with self._lock:
+            if self._start is not None:
+                self._wait += seconds
+
+    def handed_out(self) -> int | None:
+        """A batch left the pool; the new worker count, where the policy changes it."""
+        now = perf_counter()
+        with self._lock:
+            if self._settle:
+                self._settle -= 1
+                if not self._settle:
+                    self._start = now
+                return None
+            if self._start is None:
+                self._start = now
+                return None
+            self._batches += 1
+            seconds = now - self._start
+            if seconds < WINDOW_SECONDS or self._batches < max(WINDOW_BATCHES, 2 * self._workers):
+                return None
+            window = Window(self._workers, self._batches, seconds, self._wait)
+            change = self._policy.observe(window)
+            self._start, self._batches, self._wait = now, 0, 0.0
+            if change is None or change.workers == self._workers:
+                return None
+            return self._resize(change.workers, change.reason, now)
+
+    def _resize(self, workers: int, reason: str, now: float) -> int:
+        before, self._workers = self._workers, workers
+        self._history.append((now, workers, reason))
+        self._restart(max(before, workers))
+        return workers
+
+    def _restart(self, workers: int) -> None:
+        """Measure again once the batches on their way to ``workers`` workers are out."""
+        self._settle = 2 * workers
+        self._start, self._batches, self._wait = None, 0, 0.0

@@ -1,0 +1,449 @@
+"""Elastic worker threads (``num_workers="auto"``): the same batches whatever the count did,
+reproducible randomness, exact resume across a resize, nothing left after resizes, the
+count in ``loader.stats``, and the arguments' checks. Forced schedules replace the policy's
+decisions (``ScalePolicy.observe``) with a script; the pool, its threads and its resizing
+are the real ones. The policy itself is tested apart, on windows."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from dataloaderx import DataLoaderX
+from dataloaderx.workers.elastic import scaling as scaling_module
+from dataloaderx.workers.elastic.bounds import AutoWorkers, Bounds, usable_cores
+from dataloaderx.workers.elastic.policy import (
+    CLOSED_WINDOWS,
+    GAIN,
+    Change,
+    ScalePolicy,
+    Window,
+)
+from tests.helpers import RangeDataset, Sharded, assert_same, wait_for, wait_until_clean
+
+#: Installs a script of counts; returns the counts each window ran at, as they come.
+Script = Callable[[list[int]], list[int]]
+
+
+class Augmented(Dataset[torch.Tensor]):
+    """Item ``i``: ``i``, draws from generators seeded from the batch's seed (an
+    augmentation), and the id of the thread that made it; sleeps ``delay`` seconds."""
+
+    def __init__(self, size: int = 120, delay: float = 0.0) -> None:
+        self.size = size
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.delay:
+            time.sleep(self.delay)
+        info = get_worker_info()
+        assert info is not None
+        generator = torch.Generator().manual_seed(info.seed + index)
+        draws = torch.rand(2, generator=generator)
+        return torch.cat([torch.tensor([float(index)]), draws, torch.tensor([float(info.id)])])
+
+
+@pytest.fixture
+def script(monkeypatch: pytest.MonkeyPatch) -> Script:
+    """Make every window decide the next count of a script (then no change), and return
+    the counts the pool ran, as seen by its tasks."""
+    monkeypatch.setattr(scaling_module, "WINDOW_SECONDS", 0.0)
+    monkeypatch.setattr(scaling_module, "WINDOW_BATCHES", 1)
+
+    def install(counts: list[int]) -> list[int]:
+        left = iter(counts)
+        ran: list[int] = []
+
+        def observe(policy: ScalePolicy, window: Window) -> Change | None:
+            ran.append(window.workers)
+            count = next(left, None)
+            return None if count is None else Change(count, f"scripted: {count}")
+
+        monkeypatch.setattr(ScalePolicy, "observe", observe)
+        return ran
+
+    return install
+
+
+def _auto(dataset: Any, **options: Any) -> DataLoaderX[Any]:
+    return DataLoaderX(
+        dataset,
+        batch_size=options.pop("batch_size", 2),
+        num_workers="auto",
+        worker_method="thread",
+        generator=torch.Generator().manual_seed(7),
+        **options,
+    )
+
+
+def _values(batches: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(batches)[:, :3]  # the index and the draws: not the thread's id
+
+
+def _worker_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if "worker" in t.name and t.is_alive()]
+
+
+@pytest.mark.parametrize("backend", ["sync", "thread"])
+@pytest.mark.parametrize("counts", [[4, 1, 3, 2, 6, 1], [1, 8, 2]])
+def test_forced_resizes_give_the_batches_of_a_fixed_count(
+    script: Script, backend: str, counts: list[int]
+) -> None:
+    ran = script(counts)
+    loader = _auto(RangeDataset(400), backend=backend, shuffle=True)
+    expected = list(
+        DataLoader(
+            RangeDataset(400),
+            batch_size=2,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(7),
+        )
+    )
+    assert_same(list(loader), expected)
+    assert set(counts) <= set(ran) | {counts[-1]}, ran  # every count of the script ran
+
+
+def test_randomness_is_the_same_whatever_the_scaling_did(script: Script) -> None:
+    script([1, 6, 2, 5])
+    first = list(_auto(Augmented(delay=0.001)))
+    script([8, 1, 3])
+    second = list(_auto(Augmented(delay=0.001)))
+    assert_same(_values(first), _values(second))
+    made_by = {int(row[3]) for batch in first + second for row in batch}
+    assert len(made_by) > 1  # several threads made them
+    # Each batch has draws of its own: the seeds differ from batch to batch.
+    assert len({round(float(batch[0, 1]), 6) for batch in first}) == len(first)
+
+
+def test_a_new_seed_gives_other_draws(script: Script) -> None:
+    script([])
+    one = _values(list(_auto(Augmented(40))))
+    other = DataLoaderX(
+        Augmented(40),
+        batch_size=2,
+        num_workers="auto",
+        worker_method="thread",
+        generator=torch.Generator().manual_seed(8),
+    )
+    assert not torch.equal(one, _values(list(other)))
+
+
+def test_every_epoch_draws_anew_with_persistent_workers(script: Script) -> None:
+    script([3, 1])
+    loader = _auto(Augmented(40), persistent_workers=True)
+    epochs = [_values(list(loader)) for _ in range(2)]
+    assert torch.equal(epochs[0][:, 0], epochs[1][:, 0])
+    assert not torch.equal(epochs[0][:, 1:], epochs[1][:, 1:])
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_resume_across_a_resize_is_exact(script: Script, persistent: bool) -> None:
+    script([5, 1, 4, 2])
+    whole = _values(list(_auto(Augmented(), persistent_workers=persistent)))
+    script([2, 7, 1, 3])
+    loader = _auto(Augmented(), persistent_workers=persistent)
+    iterator = iter(loader)
+    taken = [next(iterator) for _ in range(23)]
+    state = loader.state_dict()
+    del iterator
+    script([1, 6])
+    resumed = _auto(Augmented(), persistent_workers=persistent)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert_same(_values(taken + rest), whole)
+
+
+def test_an_iterable_dataset_changes_its_workers_only_between_epochs(script: Script) -> None:
+    ran = script([3, 3, 3, 3, 1, 1, 1, 1, 1, 1])
+    loader = _auto(Sharded(60), batch_size=None, persistent_workers=True)
+    for _ in range(4):
+        epoch = list(loader)
+        workers = loader.stats.workers[0][1] if loader.stats else None
+        assert workers is not None
+        fixed = DataLoaderX(
+            Sharded(60), batch_size=None, num_workers=workers, worker_method="thread"
+        )
+        assert epoch == list(fixed), workers
+    assert {1, 3} <= set(ran)
+
+
+def test_the_count_and_its_reasons_are_in_the_stats(script: Script) -> None:
+    script([3, 1])
+    loader = _auto(RangeDataset(200), worker_options={"max_workers": 8})
+    list(loader)
+    assert loader.stats is not None
+    counts = [(workers, reason) for _, workers, reason in loader.stats.workers]
+    assert counts == [
+        (min(8, usable_cores()), "the cores this process may use"),
+        (3, "scripted: 3"),
+        (1, "scripted: 1"),
+    ]
+    times = [at for at, _, _ in loader.stats.workers]
+    assert times == sorted(times)
+
+
+def test_shrunk_threads_end_and_nothing_is_left(script: Script) -> None:
+    baseline = set(threading.enumerate())
+    script([8, 1])
+    loader = _auto(Augmented(200, delay=0.002), persistent_workers=True)
+    iterator = iter(loader)
+    for seen, _ in enumerate(iterator, 1):
+        if loader._scaling is not None and loader._scaling.workers == 1 and seen > 60:
+            break
+    assert wait_for(lambda: len(_worker_threads()) <= 1), _worker_threads()
+    del iterator, loader
+    left, _ = wait_until_clean(baseline, set(), within=10)
+    assert not left, left
+
+
+@pytest.mark.parametrize("how", ["break", "error", "close"])
+def test_leaving_during_a_resize_ends_every_thread(script: Script, how: str) -> None:
+    baseline = set(threading.enumerate())
+    script([8, 2, 8, 1, 8])
+    loader = _auto(Augmented(400, delay=0.002))
+    iterator = iter(loader)
+    with pytest.raises(RuntimeError, match="left") if how == "error" else nullcontext():
+        for count, _ in enumerate(iterator):
+            if count == 40:
+                if how == "close":
+                    iterator.close()
+                    break
+                if how == "error":
+                    raise RuntimeError("left")
+                break
+    del iterator, loader
+    left, _ = wait_until_clean(baseline, set(), within=10)
+    assert not left, left
+
+
+def test_the_bounds_hold_the_start_and_a_rebuilt_loader_keeps_them() -> None:
+    loader = DataLoaderX(
+        RangeDataset(10),
+        num_workers="auto",
+        worker_method="thread",
+        worker_options={"min_workers": 3, "max_workers": 5},
+    )
+    assert isinstance(loader.num_workers, AutoWorkers)
+    assert loader.num_workers == 5
+    assert loader._scaling is not None
+    assert loader._scaling.workers == min(5, max(3, usable_cores()))  # the cores, bounded
+    # Frameworks rebuild a loader from its attributes: it is elastic too, with the bounds.
+    again = DataLoaderX(
+        RangeDataset(10),
+        num_workers=loader.num_workers,
+        worker_method=loader.worker_method,
+        worker_options=loader.worker_options,
+    )
+    assert again._scaling is not None
+    assert again._scaling.bounds == loader._scaling.bounds
+    assert [int(b[0, 0]) for b in again] == list(range(10))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "pattern"),
+    [
+        ({}, r"num_workers='auto' sizes the workers of worker_method='thread'.*'multiprocessing'"),
+        (
+            {"worker_method": "thread", "worker_options": {"min_workers": 4, "max_workers": 2}},
+            r"min_workers=4 is above max_workers=2",
+        ),
+        (
+            {"worker_method": "thread", "worker_options": {"max_workers": 0}},
+            r"worker_options max_workers must be an int >= 1 with num_workers='auto', got 0",
+        ),
+        (
+            {"worker_method": "thread", "worker_options": {"min_workers": "2"}},
+            r"min_workers must be an int >= 1 .* got '2'",
+        ),
+        (
+            {"worker_method": "thread", "worker_options": {"depth": 2}},
+            r"worker_options=\{'depth': 2\} does not apply to worker_method='thread'",
+        ),
+    ],
+)
+def test_bad_auto_arguments_name_the_fix(arguments: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        DataLoaderX(RangeDataset(4), num_workers="auto", **arguments)
+
+
+def test_bounds_with_a_fixed_count_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"min_workers bound num_workers='auto'.*num_workers=2"):
+        DataLoaderX(
+            RangeDataset(4),
+            num_workers=2,
+            worker_method="thread",
+            worker_options={"min_workers": 1},
+        )
+
+
+def _windows(workers: int, rate: float, wait: float, count: int = 1) -> Iterator[Window]:
+    for _ in range(count):
+        yield Window(workers, int(rate * 10), 10.0, wait * 10.0)
+
+
+def test_the_policy_grows_while_the_loader_waits_and_more_workers_gain() -> None:
+    policy = ScalePolicy(1, 16)
+    change = policy.observe(Window(2, 20, 1.0, 0.5))  # waited half the time
+    assert change is not None
+    assert change.workers == 4
+    assert "waited 50%" in change.reason
+    kept = policy.observe(Window(4, 38, 1.0, 0.05))
+    assert kept is not None
+    assert kept.workers == 4
+    assert kept.reason.startswith("kept 4")
+
+
+def _climb(
+    policy: ScalePolicy, n: int, rate: Callable[[int], float], wait: float, windows: int
+) -> list[tuple[int, Change]]:
+    """Feed ``windows`` windows in which ``n`` workers make ``rate(n)`` batches/s and the
+    loader waits ``wait`` of the time; the changes, with the window of each."""
+    changes = []
+    for index in range(windows):
+        change = policy.observe(Window(n, int(rate(n)), 1.0, wait))
+        if change is not None:
+            changes.append((index, change))
+            n = change.workers
+    return changes
+
+
+def test_the_policy_goes_back_when_more_workers_do_not_gain_and_stays() -> None:
+    # 2 cores, and items that keep them busy: 2 workers are best, the loader waits anyway.
+    changes = _climb(ScalePolicy(1, 16), 2, lambda n: 10.0 * min(n, 2), 0.5, 4 * CLOSED_WINDOWS)
+    # More, then fewer, each tried twice: the first failure closes the direction for
+    # CLOSED_WINDOWS windows, the second for good. Nothing after: a steady workload sees
+    # no change.
+    assert [change.workers for _, change in changes] == [4, 2, 1, 2, 4, 2, 1, 2], changes
+    assert changes[-1][0] < 2 * CLOSED_WINDOWS
+    assert changes[1][1].reason == "back to 2: 4 gave +0% batches/s (needs +7%)"
+    assert changes[2][1].reason == "tried 1: 2 waited 50%, more did not pay"
+
+
+def test_fewer_workers_as_fast_are_kept_where_the_loader_waits() -> None:
+    # Items that hold the GIL: one worker makes batches as fast as four.
+    changes = _climb(ScalePolicy(1, 16), 4, lambda n: 10.0, 0.5, 4 * CLOSED_WINDOWS)
+    counts = [change.workers for _, change in changes]
+    assert counts[-1] == 1, changes
+    assert changes[-1][0] < 2 * CLOSED_WINDOWS
+
+
+def test_the_policy_shrinks_while_the_loader_does_not_wait() -> None:
+    policy = ScalePolicy(1, 16)
+    n = 6
+    for _ in range(40):  # the loop is the bottleneck: the rate is the same at any count
+        change = policy.observe(Window(n, 50, 1.0, 0.0))
+        if change is not None:
+            n = change.workers
+    assert n == 1
+
+
+def test_the_policy_keeps_the_count_where_fewer_would_make_the_loader_wait() -> None:
+    policy = ScalePolicy(1, 16)
+    n = 3
+    for _ in range(80):  # 3 workers are just enough: 2 make the loop wait, 4 gain nothing
+        rate, wait = (30 * n / 3, 0.3) if n < 3 else (30, 0.0)
+        change = policy.observe(Window(n, int(rate), 1.0, wait))
+        if change is not None:
+            n = change.workers
+    assert n == 3
+
+
+def test_a_phase_change_opens_a_closed_direction() -> None:
+    policy = ScalePolicy(2, 16)  # no fewer than 2: the closed direction is the one tried
+    assert policy.observe(Window(2, 20, 1.0, 0.5)) is not None  # try 4
+    back = policy.observe(Window(4, 20, 1.0, 0.5))  # no gain: back to 2, closed
+    assert back is not None
+    assert back.workers == 2
+    # The rate at 2 halves (a new phase): the closed direction opens after 3 such windows,
+    # not after one (noise).
+    assert policy.observe(Window(2, 10, 1.0, 0.6)) is None
+    assert policy.observe(Window(2, 20, 1.0, 0.6)) is None
+    assert [policy.observe(Window(2, 10, 1.0, 0.6)) for _ in range(2)] == [None, None]
+    again = policy.observe(Window(2, 10, 1.0, 0.6))
+    assert again is not None
+    assert again.workers > 2
+
+
+def test_gain_is_measured_against_the_rate_before_the_try() -> None:
+    policy = ScalePolicy(1, 16)
+    policy.observe(Window(2, 100, 1.0, 0.5))
+    just_below = int(100 * (1 + GAIN)) - 1
+    back = policy.observe(Window(4, just_below, 1.0, 0.4))
+    assert back is not None
+    assert back.workers == 2
+
+
+def test_scaling_measures_windows_after_the_batches_on_their_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr(scaling_module, "perf_counter", lambda: now[0])
+    seen: list[Window] = []
+
+    def observe(policy: ScalePolicy, window: Window) -> Change | None:
+        seen.append(window)
+        return Change(window.workers + 2, "more") if len(seen) == 1 else None
+
+    monkeypatch.setattr(ScalePolicy, "observe", observe)
+    scaling = scaling_module.Scaling(Bounds(1, 8, 2))
+    scaling.new_epoch()
+
+    def batch(seconds: float, waited: float) -> int | None:
+        now[0] += seconds
+        scaling.waited(waited)
+        return scaling.handed_out()
+
+    # The first 4 batches (two per worker) are on their way at the start, and a window's
+    # worth more warms the caches: not measured.
+    settle = 4 + scaling_module.WINDOW_BATCHES
+    assert [batch(0.5, 0.4) for _ in range(settle)] == [None] * settle
+    changes = [batch(0.1, 0.05) for _ in range(scaling_module.WINDOW_BATCHES)]
+    assert changes[:-1] == [None] * (scaling_module.WINDOW_BATCHES - 1)
+    assert changes[-1] == 4  # the window closed after 16 batches in 1.6 s
+    assert seen[0].workers == 2
+    assert seen[0].batches == scaling_module.WINDOW_BATCHES
+    assert seen[0].seconds == pytest.approx(1.6)
+    assert seen[0].wait_seconds == pytest.approx(0.8)
+    assert scaling.workers == 4
+    # After the change, 8 batches (two per worker of the larger count) are not measured.
+    for _ in range(8):
+        batch(0.1, 0.0)
+    assert len(seen) == 1
+    for _ in range(scaling_module.WINDOW_BATCHES):
+        batch(0.1, 0.0)
+    assert len(seen) == 2
+    assert [workers for _, workers, _ in scaling.history()] == [2, 4]
+
+
+def test_an_iterable_epoch_resumes_with_the_count_it_ran(script: Script) -> None:
+    script([3, 3, 3])  # the count becomes 3 from the second epoch on
+    loader = _auto(Sharded(60), batch_size=None)
+    list(loader)
+    iterator = iter(loader)
+    taken = [next(iterator) for _ in range(7)]
+    assert loader.stats is not None
+    workers = loader.stats.workers[0][1]
+    assert workers == 3
+    state = loader.state_dict()
+    del iterator
+    assert state["workers"] == 3
+    assert state["loader"]["num_workers"] == "auto"
+    script([1, 1])
+    resumed = _auto(Sharded(60), batch_size=None)
+    resumed.load_state_dict(state)
+    with pytest.warns(UserWarning, match="makes the 7 batches already consumed again"):
+        rest = list(resumed)
+    whole = DataLoaderX(Sharded(60), batch_size=None, num_workers=3, worker_method="thread")
+    assert taken + rest == list(whole)
+    # A map-style epoch's batches do not depend on the count: none is saved.
+    assert _auto(RangeDataset(8)).state_dict()["workers"] is None
