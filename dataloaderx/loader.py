@@ -21,6 +21,7 @@ from dataloaderx.options import BackendSpec, resolve_backend
 from dataloaderx.resume.tracker import ResumeTracker
 from dataloaderx.workers.contract import KeptWorkers
 from dataloaderx.workers.elastic.bounds import AutoWorkers
+from dataloaderx.workers.elastic.iterator import ElasticWorkersIterator
 from dataloaderx.workers.elastic.scaling import Scaling
 from dataloaderx.workers.iterator import WorkersIterator
 from dataloaderx.workers.method import (
@@ -222,14 +223,16 @@ class DataLoaderX(DataLoader[T_co]):
     def _new_iterator(self) -> Any:
         workers = self._workers
         if self.num_workers > 0 and workers.pool is not None:
-            return WorkersIterator(
-                self,
-                workers.pool,
-                workers.options,
-                self._kept_workers,
-                scaling=self._scaling,
-                origin=self._resume.origin,
-            )
+            if self._scaling is not None:
+                return ElasticWorkersIterator(
+                    self,
+                    workers.pool,
+                    workers.options,
+                    self._kept_workers,
+                    scaling=self._scaling,
+                    origin=self._resume.origin,
+                )
+            return WorkersIterator(self, workers.pool, workers.options, self._kept_workers)
         return super()._get_iterator()
 
     def check_worker_number_rationality(self) -> None:

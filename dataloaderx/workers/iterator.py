@@ -16,7 +16,6 @@ import os
 import time
 import traceback
 import weakref
-from collections.abc import Callable
 from typing import Any, NoReturn
 
 import torch
@@ -27,7 +26,6 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from dataloaderx.engine.producer import thread_name
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.workers.contract import KeptWorkers, Outcome, Result, WorkerPool, WorkerSetup
-from dataloaderx.workers.elastic.scaling import Scaling
 from dataloaderx.workers.info import install
 from dataloaderx.workers.schedule import Schedule
 
@@ -61,12 +59,10 @@ class WorkersIterator(_BaseDataLoaderIter):
         options: Any = None,
         kept: KeptWorkers | None = None,
         *,
-        scaling: Scaling | None = None,
-        origin: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        workers: int | None = None,
     ) -> None:
-        """With ``scaling``, the pool is elastic, sized by it (``num_workers`` is then the
-        most workers); ``origin`` says which epoch of the loader starts, and after how many
-        of its batches (a resumed one)."""
+        """``workers``: how many workers an elastic pool starts with (``num_workers`` is
+        then the most it runs)."""
         super().__init__(loader)
         install()
         self._prefetch_factor: int = loader.prefetch_factor or 2
@@ -86,15 +82,7 @@ class WorkersIterator(_BaseDataLoaderIter):
             base_seed=int(self._base_seed),
             pin=pin,
         )
-        self._scaling = scaling
-        self._origin = origin
-        self._pool = pool_class(
-            setup,
-            thread_name("worker"),
-            options,
-            kept,
-            workers=None if scaling is None else scaling.workers,
-        )
+        self._pool = pool_class(setup, thread_name("worker"), options, kept, workers=workers)
         #: The workers, by worker id (where PyTorch's iterator has its processes).
         self._workers = self._pool.handles
         self._finalizer = weakref.finalize(self, _stop, self._pool, os.getpid())
@@ -104,18 +92,15 @@ class WorkersIterator(_BaseDataLoaderIter):
 
     def _reset(self, loader: DataLoader[Any], first_iter: bool = False) -> None:
         super()._reset(loader, first_iter)
-        pool, scaling = self._pool, self._scaling
-        if scaling is not None:  # before the epoch: an iterable dataset's count changes there
-            scaling.new_epoch()
-            pool.resize(scaling.workers)
-        if not first_iter:
-            self._epoch = pool.new_epoch()
-        pool.set_origin(*self._origin())
-        self._schedule = Schedule(pool.scheduled_workers(), self._prefetch_factor, self._in_order)
-        if scaling is not None:
-            self._schedule.limit = self._prefetch_factor * pool.resize(scaling.workers)
+        self._start_epoch(first_iter)
         for _ in range(self._schedule.limit):
             self._try_put_index()
+
+    def _start_epoch(self, first_iter: bool) -> None:
+        """The epoch's pool and schedule, before its first tasks are sent."""
+        if not first_iter:
+            self._epoch = self._pool.new_epoch()
+        self._schedule = Schedule(self._num_workers, self._prefetch_factor, self._in_order)
 
     def _try_put_index(self) -> None:
         worker = self._schedule.next_worker()
@@ -128,7 +113,7 @@ class WorkersIterator(_BaseDataLoaderIter):
         self._pool.send(worker, self._schedule.sent_to(worker), indices)
 
     def _next_data(self) -> Any:
-        schedule, scaling = self._schedule, self._scaling
+        schedule = self._schedule
         while True:
             result = schedule.ready()
             if result is None:
@@ -136,31 +121,13 @@ class WorkersIterator(_BaseDataLoaderIter):
                     if not self._persistent_workers:
                         self._shutdown_workers()
                     raise StopIteration
-                result = schedule.arrived(
-                    self._receive() if scaling is None else self._timed_receive(scaling)
-                )
+                result = schedule.arrived(self._receive())
                 if result is None:  # it came early, or its worker ran out of batches
                     self._try_put_index()
                     continue
             schedule.handed_out(result)
-            if scaling is not None:
-                self._rescale(scaling)
             self._try_put_index()
             return self._open(result)
-
-    def _timed_receive(self, scaling: Scaling) -> Result:
-        """:meth:`_receive`, its wait told to ``scaling``."""
-        start = time.perf_counter()
-        try:
-            return self._receive()
-        finally:
-            scaling.waited(time.perf_counter() - start)
-
-    def _rescale(self, scaling: Scaling) -> None:
-        """A batch left the pool: resize it where ``scaling`` decides to."""
-        workers = scaling.handed_out()
-        if workers is not None:
-            self._schedule.limit = self._prefetch_factor * self._pool.resize(workers)
 
     def _receive(self) -> Result:
         """The next result of this epoch; raise after ``timeout`` seconds, as ``DataLoader``,

@@ -1,0 +1,61 @@
+"""``ElasticWorkersIterator``: ``DataLoader``'s iterator over an elastic pool, which tells the
+loader's :class:`~dataloaderx.workers.elastic.scaling.Scaling` each wait for the pool's next
+batch and each batch handed out, and resizes the pool where the scaling decides to."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from dataloaderx.workers.contract import KeptWorkers, Result, WorkerPool
+from dataloaderx.workers.elastic.scaling import Scaling
+from dataloaderx.workers.iterator import WorkersIterator
+from dataloaderx.workers.schedule import Schedule
+
+__all__ = ["ElasticWorkersIterator"]
+
+
+class ElasticWorkersIterator(WorkersIterator):
+    """A :class:`WorkersIterator` whose pool ``scaling`` sizes (``num_workers`` is the most
+    workers); ``origin`` says which epoch of the loader starts, and after how many of its
+    batches (a resumed one), for each batch's seed."""
+
+    def __init__(
+        self,
+        loader: DataLoader[Any],
+        pool_class: type[WorkerPool],
+        options: Any,
+        kept: KeptWorkers | None,
+        *,
+        scaling: Scaling,
+        origin: Callable[[], tuple[int, int]],
+    ) -> None:
+        self._scaling = scaling
+        self._origin = origin
+        super().__init__(loader, pool_class, options, kept, workers=scaling.workers)
+
+    def _start_epoch(self, first_iter: bool) -> None:
+        pool, scaling = self._pool, self._scaling
+        scaling.new_epoch()
+        pool.resize(scaling.workers)  # before the epoch: an iterable dataset's count changes there
+        if not first_iter:
+            self._epoch = pool.new_epoch()
+        pool.set_origin(*self._origin())
+        self._schedule = Schedule(pool.scheduled_workers(), self._prefetch_factor, self._in_order)
+        self._schedule.limit = self._prefetch_factor * pool.resize(scaling.workers)
+
+    def _receive(self) -> Result:
+        start = time.perf_counter()
+        try:
+            return super()._receive()
+        finally:
+            self._scaling.waited(time.perf_counter() - start)
+
+    def _open(self, result: Result) -> Any:
+        workers = self._scaling.handed_out()
+        if workers is not None:
+            self._schedule.limit = self._prefetch_factor * self._pool.resize(workers)
+        return super()._open(result)
