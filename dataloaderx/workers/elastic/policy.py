@@ -1,21 +1,6 @@
 """How many workers an elastic pool runs: a hill climb on the loader's measured rate, started by
-the wait for data (pure logic, no clock; ``docs/elastic-workers.md``, *The policy*).
-
-Each :class:`Window` holds a whole number of batches handed out at one worker count, and
-each window may change the count once:
-
-* the loader waited (:data:`WAIT_HIGH`): try as many workers as would end the wait if each
-  made batches as fast as those running (at most twice as many), kept only if batches came
-  measurably faster (:data:`GAIN`, or half of what ending the wait would give where that is
-  less); where more did not pay, try a quarter fewer (workers that compete for the cores
-  may be as fast with fewer), kept only if batches came at least as fast;
-* the loader did not wait (:data:`WAIT_LOW`): try one fewer, kept if batches came nearly
-  as fast (:data:`LOSS`) and the loader still does not wait.
-
-A try that failed closes its direction at that count for :data:`CLOSED_WINDOWS` windows,
-a second one until the rate at the count moves by :data:`PHASE_CHANGE` in
-:data:`PHASE_WINDOWS` windows in a row (a new phase of training): on a steady workload the
-count settles, and stays.
+the wait for data (pure logic, no clock). The rules, with the constants below:
+``docs/elastic-workers.md``, *The policy*.
 """
 
 from __future__ import annotations
