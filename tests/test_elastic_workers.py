@@ -17,8 +17,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from dataloaderx import DataLoaderX
+from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.elastic import scaling as scaling_module
-from dataloaderx.workers.elastic.bounds import AutoWorkers, Bounds, usable_cores
+from dataloaderx.workers.elastic.bounds import AutoWorkers, Bounds
 from dataloaderx.workers.elastic.policy import (
     CLOSED_WINDOWS,
     GAIN,

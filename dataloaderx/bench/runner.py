@@ -20,7 +20,8 @@ from dataloaderx.epoch.stats import INPUT_BOUND_FRACTION, LoaderStats, TraceEven
 from dataloaderx.loader import DataLoaderX
 from dataloaderx.options import backend_option_names
 from dataloaderx.registry import get_backend
-from dataloaderx.workers.elastic.bounds import AUTO, usable_cores
+from dataloaderx.util.cores import usable_cores
+from dataloaderx.workers.elastic.bounds import AUTO
 from dataloaderx.workers.method import MULTIPROCESSING, RAY, THREAD
 
 __all__ = [

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, Final
 
 import torch
+
+from dataloaderx.util.cores import usable_cores
 
 MAX_AUTO_PIN_THREADS: Final = 8  #: pin_threads=None's cap: host memory bandwidth is shared
 DeviceSpec = str | torch.device | int | None  #: None (current device), name, torch.device, index
@@ -127,8 +128,4 @@ def check_pin_threads(backend: str, option: str, value: object) -> int | None:
 
 def auto_pin_threads() -> int:
     """``pin_threads=None``: half the cores this process may run on, 1 to 8."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(MAX_AUTO_PIN_THREADS, cores // 2))
+    return max(1, min(MAX_AUTO_PIN_THREADS, usable_cores() // 2))

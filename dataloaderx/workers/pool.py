@@ -25,7 +25,7 @@ from dataloaderx.workers.contract import Outcome, Result, WorkerPool, WorkerSetu
 from dataloaderx.workers.core import WorkerCore, WorkerKind
 from dataloaderx.workers.intra_op import one_intra_op_thread
 
-__all__ = ["WorkerThreads", "thread_core", "where"]
+__all__ = ["WorkerThreads", "join_threads", "thread_core", "where"]
 
 
 #: ``(epoch, task, worker, place, indices)``: task number ``task`` of ``epoch``, the batch
@@ -42,6 +42,17 @@ _STOP = "stop"
 def where(worker: int) -> str:
     """How an error names worker thread ``worker``."""
     return f"in DataLoader worker thread {worker}"
+
+
+def join_threads(threads: list[threading.Thread]) -> None:
+    """Wait for ``threads`` (the calling one left out), up to ``JOIN_TIMEOUT_SECONDS`` in
+    all: one still in a task ends as soon as the task does."""
+    deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
+    for thread in threads:
+        if thread is threading.current_thread():
+            continue
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(POLL_SECONDS)
 
 
 def thread_core(setup: WorkerSetup, worker: int, method: str) -> WorkerCore:
@@ -157,12 +168,7 @@ class WorkerThreads(WorkerPool):
         for inbox in self._inboxes:
             inbox.put(_STOP)
             self._shared.put(_STOP)
-        deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
-        for thread in self.threads:
-            if thread is threading.current_thread():
-                continue
-            while thread.is_alive() and time.monotonic() < deadline:
-                thread.join(POLL_SECONDS)
+        join_threads(self.threads)
 
     def _serve(self, worker: int) -> None:
         setup = self._setup

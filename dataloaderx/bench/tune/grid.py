@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -30,7 +29,6 @@ __all__ = [
     "Setting",
     "counts_up_to",
     "thread_counts",
-    "usable_cores",
     "worker_counts",
 ]
 
@@ -116,13 +114,6 @@ class Setting:
             return DataLoader(dataset, **kwargs)
         kwargs["backend_options"] = {**kwargs.get("backend_options", {}), "stats": stats}
         return DataLoaderX(dataset, **kwargs)
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def worker_counts(cores: int, *, include: int = 0) -> list[int]:

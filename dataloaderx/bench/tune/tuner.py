@@ -19,7 +19,6 @@ from dataloaderx.bench.tune.grid import (
     Setting,
     counts_up_to,
     thread_counts,
-    usable_cores,
     worker_counts,
 )
 from dataloaderx.bench.tune.measure import (
@@ -31,6 +30,7 @@ from dataloaderx.bench.tune.measure import (
     measure_ceiling,
 )
 from dataloaderx.bench.tune.sweep import Budget, SweepResult, run_sweep, spread
+from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.method import RAY
 
 __all__ = ["NOISY_SHARE", "Answer", "TuneConfig", "TuneResult", "run_tune"]

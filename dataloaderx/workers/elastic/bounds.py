@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-__all__ = ["AUTO", "BOUND_KEYS", "AutoWorkers", "Bounds", "elastic_bounds", "usable_cores"]
+from dataloaderx.util.cores import usable_cores
+
+__all__ = ["AUTO", "BOUND_KEYS", "AutoWorkers", "Bounds", "elastic_bounds"]
 
 #: The ``num_workers`` that asks for an elastic pool.
 AUTO: Final = "auto"
@@ -29,14 +30,6 @@ class AutoWorkers(int):
     frameworks rebuild a loader from its attributes) is elastic too."""
 
     __slots__ = ()
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def elastic_bounds(options: Mapping[str, Any], *, most: int, method: str) -> Bounds:

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import Any, Final
 
 from torch.utils.data.dataloader import _DatasetKind
 
-from dataloaderx.engine.stream import JOIN_TIMEOUT_SECONDS, POLL_SECONDS
+from dataloaderx.engine.stream import POLL_SECONDS
+from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.contract import Outcome, Result, WorkerPool
-from dataloaderx.workers.elastic.bounds import usable_cores
 from dataloaderx.workers.elastic.seeds import batch_seed
 from dataloaderx.workers.info import set_thread_info, worker_info
-from dataloaderx.workers.pool import thread_core, where
+from dataloaderx.workers.pool import join_threads, thread_core, where
 
 __all__ = ["THREADS_PER_CORE", "ElasticThreads"]
 
@@ -138,7 +137,7 @@ class ElasticThreads(WorkerPool):
             else:
                 ending = []
             epoch = self._epoch
-        _join(ending)
+        join_threads(ending)
         return epoch
 
     def send(self, worker: int, task: int, indices: Any) -> None:
@@ -177,7 +176,7 @@ class ElasticThreads(WorkerPool):
             for inbox in (self._shared, *self._inboxes):
                 for _ in threads:
                     inbox.put(_STOP)
-        _join(threads)
+        join_threads(threads)
 
     def _start_threads(self, workers: int) -> None:
         """Under ``_lock``: start threads until ``workers`` run (the lowest free ids)."""
@@ -234,12 +233,3 @@ class ElasticThreads(WorkerPool):
             del payload
             if outcome is Outcome.FATAL:
                 return
-
-
-def _join(threads: list[threading.Thread]) -> None:
-    deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
-    for thread in threads:
-        if thread is threading.current_thread():
-            continue
-        while thread.is_alive() and time.monotonic() < deadline:
-            thread.join(POLL_SECONDS)
