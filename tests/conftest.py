@@ -15,6 +15,9 @@ from hypothesis import settings
 
 from dataloaderx import available_backends
 from dataloaderx.util.reaper import reaper_pid
+from dataloaderx.workers.elastic import scaling as scaling_module
+from dataloaderx.workers.elastic.policy import Change, ScalePolicy, Window
+from tests.elastic_support import Script
 from tests.helpers import child_pids, describe_processes, wait_until_clean
 
 
@@ -154,3 +157,26 @@ def no_leaks() -> Iterator[None]:
 # machines running CI are slow and shared); a failure prints a blob to reproduce it.
 settings.register_profile("dataloaderx", database=None, deadline=None, print_blob=True)
 settings.load_profile("dataloaderx")
+
+
+@pytest.fixture
+def script(monkeypatch: pytest.MonkeyPatch) -> Script:
+    """Forced schedules for elastic pools: every window decides the next count of a script
+    (then no change), in place of the policy (``ScalePolicy.observe``); returns the counts
+    each window ran at, as they come. The pool and its resizing are the real ones."""
+    monkeypatch.setattr(scaling_module, "WINDOW_SECONDS", 0.0)
+    monkeypatch.setattr(scaling_module, "WINDOW_BATCHES", 1)
+
+    def install(counts: list[int]) -> list[int]:
+        left = iter(counts)
+        ran: list[int] = []
+
+        def observe(policy: ScalePolicy, window: Window) -> Change | None:
+            ran.append(window.workers)
+            count = next(left, None)
+            return None if count is None else Change(count, f"scripted: {count}")
+
+        monkeypatch.setattr(ScalePolicy, "observe", observe)
+        return ran
+
+    return install

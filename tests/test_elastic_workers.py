@@ -7,14 +7,13 @@ are the real ones. The policy itself is tested apart, on windows."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader
 
 from dataloaderx import DataLoaderX
 from dataloaderx.util.cores import usable_cores
@@ -27,53 +26,8 @@ from dataloaderx.workers.elastic.policy import (
     ScalePolicy,
     Window,
 )
+from tests.elastic_support import Augmented, Script
 from tests.helpers import RangeDataset, Sharded, assert_same, wait_for, wait_until_clean
-
-#: Installs a script of counts; returns the counts each window ran at, as they come.
-Script = Callable[[list[int]], list[int]]
-
-
-class Augmented(Dataset[torch.Tensor]):
-    """Item ``i``: ``i``, draws from generators seeded from the batch's seed (an
-    augmentation), and the id of the thread that made it; sleeps ``delay`` seconds."""
-
-    def __init__(self, size: int = 120, delay: float = 0.0) -> None:
-        self.size = size
-        self.delay = delay
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if self.delay:
-            time.sleep(self.delay)
-        info = get_worker_info()
-        assert info is not None
-        generator = torch.Generator().manual_seed(info.seed + index)
-        draws = torch.rand(2, generator=generator)
-        return torch.cat([torch.tensor([float(index)]), draws, torch.tensor([float(info.id)])])
-
-
-@pytest.fixture
-def script(monkeypatch: pytest.MonkeyPatch) -> Script:
-    """Make every window decide the next count of a script (then no change), and return
-    the counts the pool ran, as seen by its tasks."""
-    monkeypatch.setattr(scaling_module, "WINDOW_SECONDS", 0.0)
-    monkeypatch.setattr(scaling_module, "WINDOW_BATCHES", 1)
-
-    def install(counts: list[int]) -> list[int]:
-        left = iter(counts)
-        ran: list[int] = []
-
-        def observe(policy: ScalePolicy, window: Window) -> Change | None:
-            ran.append(window.workers)
-            count = next(left, None)
-            return None if count is None else Change(count, f"scripted: {count}")
-
-        monkeypatch.setattr(ScalePolicy, "observe", observe)
-        return ran
-
-    return install
 
 
 def _auto(dataset: Any, **options: Any) -> DataLoaderX[Any]:
@@ -399,10 +353,11 @@ def test_scaling_measures_windows_after_the_batches_on_their_way(
     scaling = scaling_module.Scaling(Bounds(1, 8, 2))
     scaling.new_epoch()
 
-    def batch(seconds: float, waited: float) -> int | None:
+    def batch(seconds: float, waited: float, running: int | None = None) -> int | None:
         now[0] += seconds
         scaling.waited(waited)
-        return scaling.handed_out()
+        running = scaling.workers if running is None else running
+        return scaling.handed_out(running, resizing=running != scaling.workers)
 
     # The first 4 batches (two per worker) are on their way at the start, and a window's
     # worth more warms the caches: not measured.
@@ -411,6 +366,10 @@ def test_scaling_measures_windows_after_the_batches_on_their_way(
     changes = [batch(0.1, 0.05) for _ in range(scaling_module.WINDOW_BATCHES)]
     assert changes[:-1] == [None] * (scaling_module.WINDOW_BATCHES - 1)
     assert changes[-1] == 4  # the window closed after 16 batches in 1.6 s
+    # While the pool starts the workers added, nothing is measured.
+    for _ in range(3 * scaling_module.WINDOW_BATCHES):
+        assert batch(0.1, 0.05, running=2) is None
+    assert len(seen) == 1
     assert seen[0].workers == 2
     assert seen[0].batches == scaling_module.WINDOW_BATCHES
     assert seen[0].seconds == pytest.approx(1.6)
@@ -424,6 +383,9 @@ def test_scaling_measures_windows_after_the_batches_on_their_way(
         batch(0.1, 0.0)
     assert len(seen) == 2
     assert [workers for _, workers, _ in scaling.history()] == [2, 4]
+    # A pool that runs fewer than asked, and is no longer resizing, had no room for more.
+    assert scaling.handed_out(3, resizing=False) == 3
+    assert scaling.history()[-1][1:] == (3, "ran 3: no room for more")
 
 
 def test_an_iterable_epoch_resumes_with_the_count_it_ran(script: Script) -> None:

@@ -119,15 +119,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="your num_workers (default 0); above 0, each backend runs with worker processes "
         "and with worker threads (worker_method='thread'); 'auto': each backend with elastic "
-        "worker threads, against DataLoader with a worker process per core",
+        "worker threads (and elastic Ray workers with --worker-method ray), against "
+        "DataLoader with a worker process per core",
     )
     parser.add_argument(
         "--worker-method",
         choices=[RAY],
         help="also run each backend with Ray workers (worker_method='ray'; needs "
-        "pip install 'dataloaderx[ray]', and --num-workers above 0 without --tune): a Ray "
-        "already initialised, RAY_ADDRESS's cluster, or a local one; each run starts its "
-        "actors; with --tune, Ray workers are weighed up to the cluster's CPUs",
+        "pip install 'dataloaderx[ray]', and --num-workers above 0 or 'auto' without "
+        "--tune): a Ray already initialised, RAY_ADDRESS's cluster, or a local one; each "
+        "run starts its actors; with --tune, Ray workers are weighed up to the cluster's CPUs",
     )
     parser.add_argument(
         "--batches",
@@ -208,7 +209,7 @@ def _workload(args: argparse.Namespace) -> Workload:
 def _config(args: argparse.Namespace) -> BenchConfig:
     if args.budget is not None:
         raise BenchError("--budget applies to --tune only: add --tune, or leave --budget out")
-    if args.worker_method is not None and args.num_workers in (0, ELASTIC):
+    if args.worker_method is not None and args.num_workers == 0:
         raise BenchError(
             f"--worker-method {args.worker_method} needs a number of workers: "
             f"--num-workers {args.num_workers} has none; give --num-workers 2 (or more)"

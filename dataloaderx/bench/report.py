@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from dataloaderx.bench.runner import BenchResult, workers_text
+from dataloaderx.bench.runner import WORKER_NAMES, BenchResult, workers_text
 
 __all__ = ["as_json", "as_table", "fixed_width", "without_column"]
 
@@ -114,7 +114,8 @@ def as_table(result: BenchResult) -> str:
             header += f" {option}={getattr(config, option)!r}"
     modes = [f"{row['label']} ran {row['mode']}" for row in _rows(result) if row["mode"]]
     counts = [
-        f"{row['label']} ran {row['workers_over_time']} worker threads over the epoch"
+        f"{row['label']} ran {row['workers_over_time']} {WORKER_NAMES[row['worker_method']]} "
+        "over the epoch"
         for row in _rows(result)
         if row["workers_over_time"]
     ]

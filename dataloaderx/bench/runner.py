@@ -65,11 +65,11 @@ def worker_methods(
     """The worker methods ``loader`` is tried with: processes, and threads (and ``extra``,
     such as Ray workers) for a ``DataLoaderX`` backend with workers (``DataLoader`` has no
     other workers; without workers the method changes nothing); with ``num_workers="auto"``,
-    threads alone."""
+    the elastic ones: threads (and ``extra``)."""
     if loader == BASELINE or num_workers == 0:
         return (MULTIPROCESSING,)
     if num_workers == AUTO:
-        return (THREAD,)
+        return (THREAD, *extra)
     return (MULTIPROCESSING, THREAD, *extra)
 
 
@@ -98,8 +98,8 @@ class BenchConfig:
     dataset: Dataset[Any]
     step: Callable[[Any], object]
     batch_size: int
-    #: A count, or ``"auto"``: each backend with elastic worker threads, against
-    #: ``DataLoader`` with a worker process per core.
+    #: A count, or ``"auto"``: each backend with elastic worker threads (and the elastic
+    #: pools of ``extra_methods``), against ``DataLoader`` with a worker process per core.
     num_workers: int | str
     batches: int
     backends: tuple[str, ...]

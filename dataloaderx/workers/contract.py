@@ -216,7 +216,8 @@ class WorkerPool(abc.ABC):
     @classmethod
     def most_workers(cls, options: Any) -> int | None:
         """For an elastic pool (``num_workers="auto"``), the most workers it runs where
-        ``worker_options`` does not bound them; ``None`` (the default): not elastic."""
+        ``worker_options`` does not bound them, given :meth:`check_options`' result;
+        ``None`` (the default): not elastic."""
         return None
 
     def scheduled_workers(self) -> int:
@@ -228,6 +229,12 @@ class WorkerPool(abc.ABC):
         """Run ``workers`` workers from now on, where the pool is elastic; how many workers
         take tasks now. By default the pool keeps its count."""
         return self._workers
+
+    def resizing(self) -> bool:
+        """Whether the count asked of an elastic pool is not yet the one it runs (workers
+        starting or leaving, or an iterable dataset's new count waiting for the next
+        epoch): the loader does not measure its rate meanwhile. By default not."""
+        return False
 
     def set_origin(self, epoch: int, first_batch: int) -> None:  # noqa: B027 - a default
         """The epoch about to start is the loader's ``epoch``, resumed after ``first_batch``

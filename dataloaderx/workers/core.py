@@ -109,6 +109,20 @@ class WorkerCore:
         except Exception:  # noqa: BLE001 - the outcome of the epoch's tasks
             self._failure = self.wrapped()
 
+    def seed_batch(self, seed: int) -> None:
+        """The next task is a batch of an elastic pool, made in a process of its own: its
+        ``get_worker_info()`` and the process's global generators are the batch's own,
+        from ``seed``, whichever worker makes it (``docs/elastic-workers.md``)."""
+        setup = self._setup
+        if setup is None or self._kind is WorkerKind.THREAD:
+            return  # a setup that did not load fails the batch anyway
+        self._install(
+            worker_info(
+                setup.dataset, self._id, setup.num_workers, seed, self._method, batch_seed=seed
+            )
+        )
+        _seed_process(seed, 0)
+
     def _install(self, info: Any) -> None:
         self.info = info
         if self._kind is WorkerKind.THREAD:

@@ -123,14 +123,14 @@ def _elastic(
     pool = None if method == MULTIPROCESSING else elastic_pool_class(method)
     if pool is None:
         raise ValueError(
-            f"num_workers='auto' sizes the workers of worker_method='thread' while training "
-            f"runs, and worker_method={method!r} has no such workers; use "
-            "worker_method='thread', or give num_workers an int"
+            f"num_workers='auto' sizes the workers of worker_method='thread' or 'ray' while "
+            f"training runs, and worker_method={method!r} has no such workers; use "
+            "worker_method='thread' or 'ray', or give num_workers an int"
         )
-    rest = {key: value for key, value in options.items() if key not in BOUND_KEYS}
-    bounds = elastic_bounds(options, most=pool.most_workers(rest) or 1, method=method)
+    checked = pool.check_options({k: v for k, v in options.items() if k not in BOUND_KEYS})
+    bounds = elastic_bounds(options, most=pool.most_workers(checked) or 1, method=method)
     _check_arguments(pool, method, bounds.max_workers, dataset, multiprocessing_context)
-    return Workers(method, pool, pool.check_options(rest), bounds)
+    return Workers(method, pool, checked, bounds)
 
 
 def _check_arguments(

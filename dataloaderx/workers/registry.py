@@ -43,6 +43,7 @@ _BUILTINS: Final[dict[str, tuple[str, str | None]]] = {
 #: Built-in pools for ``num_workers="auto"``, by the worker method they size.
 _ELASTIC: Final[dict[str, str]] = {
     THREAD: "dataloaderx.workers.elastic.threads:ElasticThreads",
+    RAY: "dataloaderx.workers.ray.elastic:ElasticRay",
 }
 
 
@@ -127,6 +128,7 @@ def elastic_pool_class(name: str) -> type[WorkerPool] | None:
     target = _ELASTIC.get(name)
     if target is None:
         return None
+    pool_class(name)  # raises, naming what to install, where the method cannot be imported
     module, _, attribute = target.partition(":")
     pool: type[WorkerPool] = getattr(importlib.import_module(module), attribute)
     pool.name = name

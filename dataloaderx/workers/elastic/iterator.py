@@ -55,7 +55,10 @@ class ElasticWorkersIterator(WorkersIterator):
             self._scaling.waited(time.perf_counter() - start)
 
     def _open(self, result: Result) -> Any:
-        workers = self._scaling.handed_out()
+        pool, scaling = self._pool, self._scaling
+        running = pool.resize(scaling.workers)
+        workers = scaling.handed_out(running, pool.resizing())
         if workers is not None:
-            self._schedule.limit = self._prefetch_factor * self._pool.resize(workers)
+            running = pool.resize(workers)
+        self._schedule.limit = self._prefetch_factor * running
         return super()._open(result)

@@ -27,8 +27,10 @@ class Scaling:
 
     The thread that takes the pool's batches calls :meth:`waited` for each wait for one and
     :meth:`handed_out` for each batch; :meth:`handed_out` answers a new count when the
-    policy makes a change. After a change, and at an epoch's start, the batches already on
-    their way (two per worker, before and after the change) are not measured.
+    policy makes a change. While the pool does not run the count yet (workers starting or
+    leaving, an iterable dataset's count waiting for the next epoch), then after a change
+    and at an epoch's start, the batches already on their way (two per worker, before and
+    after the change) are not measured.
     """
 
     def __reduce__(self) -> tuple[type[Scaling], tuple[Bounds]]:
@@ -93,10 +95,17 @@ class Scaling:
             if self._start is not None:
                 self._wait += seconds
 
-    def handed_out(self) -> int | None:
-        """A batch left the pool; the new worker count, where the policy changes it."""
+    def handed_out(self, running: int, resizing: bool) -> int | None:
+        """A batch left the pool, which runs ``running`` workers and is ``resizing`` towards
+        the count asked for (or not); the new worker count, where the policy changes it, or
+        where the pool runs fewer than asked and is no longer resizing (it had no room)."""
         now = perf_counter()
         with self._lock:
+            if running != self._workers:
+                if not resizing:
+                    return self._resize(running, f"ran {running}: no room for more", now)
+                self._restart(max(running, self._workers))
+                return None
             if self._settle:
                 self._settle -= 1
                 if not self._settle:

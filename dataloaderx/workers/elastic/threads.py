@@ -113,6 +113,10 @@ class ElasticThreads(WorkerPool):
         with self._lock:
             return self._setup.num_workers if self._map else len(self._inboxes)
 
+    def resizing(self) -> bool:
+        with self._lock:
+            return not self._map and self._target != len(self._inboxes)
+
     def set_origin(self, epoch: int, first_batch: int) -> None:
         self._origin = (epoch, first_batch)
 

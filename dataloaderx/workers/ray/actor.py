@@ -77,7 +77,10 @@ class RayWorker:
         node_id = ray.get_runtime_context().get_node_id()
         self._place = Place(ray.util.get_node_ip_address(), node_id, os.getpid())  # type: ignore[no-untyped-call]
         self._payload: Any = None
-        self._core = WorkerCore(
+        #: The count of workers the core was started as one of (0: not started yet).
+        self._num_workers = 0
+        self._make_core = functools.partial(
+            WorkerCore,
             self._load,
             worker_id,
             kind=WorkerKind.PROCESS if prefix is None else WorkerKind.SHARED_MEMORY_PROCESS,
@@ -85,6 +88,7 @@ class RayWorker:
             where=f"in DataLoader worker {worker_id} (Ray actor on {self._place})",
             finish=functools.partial(pack, prefix=prefix),
         )
+        self._core = self._make_core()
         self._skip_lock = threading.Lock()
         self._skip_through = 0  #: guarded by ``_skip_lock``: tasks up to it are skipped
 
@@ -92,16 +96,21 @@ class RayWorker:
         """Where this actor runs; answered once it has started."""
         return self._place
 
-    def start_epoch(self, payload_ref: list[Any], base_seed: int, fresh: bool) -> None:
-        """Start an epoch (see :meth:`WorkerCore.start_epoch`); the payload comes in a list,
-        so that Ray hands it over unresolved: one that fails to load is the first batch's
-        outcome, as in a worker process."""
+    def start_epoch(
+        self, payload_ref: list[Any], base_seed: int, fresh: bool, num_workers: int
+    ) -> None:
+        """Start an epoch (see :meth:`WorkerCore.start_epoch`) as one of ``num_workers``
+        workers; the payload comes in a list, so that Ray hands it over unresolved: one that
+        fails to load is the first batch's outcome, as in a worker process."""
         self._payload = payload_ref[0]
+        if fresh and self._num_workers not in (0, num_workers):
+            self._core = self._make_core()  # an iterable dataset's shards changed
+        self._num_workers = num_workers
         self._core.start_epoch(base_seed, fresh=fresh)
 
     def _load(self) -> WorkerSetup:
         setup: WorkerSetup = ray.cloudpickle.loads(ray.get(self._payload))
-        return setup
+        return setup._replace(num_workers=self._num_workers)
 
     @ray.method(concurrency_group=CONTROL)
     def skip_through(self, ticket: int) -> None:
@@ -110,10 +119,13 @@ class RayWorker:
         with self._skip_lock:
             self._skip_through = max(self._skip_through, ticket)
 
-    def fetch(self, ticket: int, indices: Any) -> tuple[Outcome, Any] | None:
+    def fetch(self, ticket: int, indices: Any, seed: int | None) -> tuple[Outcome, Any] | None:
         """The outcome of task number ``ticket``, the batch of ``indices``; ``None`` for a
-        task skipped."""
+        task skipped. An elastic pool's batch comes with its ``seed``
+        (:meth:`WorkerCore.seed_batch`)."""
         with self._skip_lock:
             if ticket <= self._skip_through:
                 return None
+        if seed is not None:
+            self._core.seed_batch(seed)
         return self._core.run(indices)

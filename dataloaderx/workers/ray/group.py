@@ -1,5 +1,7 @@
 """A loader's Ray actors: one per worker, kept between epochs, replaced when lost, ended
-when dropped (``docs/design.md``, "Worker threads and Ray workers").
+when dropped (``docs/design.md``, "Worker threads and Ray workers"). A fixed count of
+workers reserves its actors' resources together; an elastic pool's actors are placed one by
+one, where ``worker_options["placement"]`` says, as it adds them.
 
 The actors are named ``<group>-w<worker>-g<generation>`` in the namespace
 :data:`NAMESPACE`. They, their reservation and their shared-memory files end with the
@@ -53,6 +55,8 @@ class SlotState(enum.Enum):
     READY = "ready"
     #: The previous actor was lost; the new one has not answered yet: tasks go elsewhere.
     REPLACING = "replacing"
+    #: An elastic pool's actor asked to leave: it takes no task, and ends once its own are done.
+    LEAVING = "leaving"
 
 
 @dataclass
@@ -114,13 +118,35 @@ def _kill(handle: Any) -> None:
         ray.kill(handle, no_restart=True)
 
 
+def _placement(placement: str, host: str) -> dict[str, Any]:
+    """The actor options that place an elastic pool's actor as ``placement`` says, where
+    ``host`` is the node id of the loop's node."""
+    if placement == "remote_only":
+        return {"label_selector": {"ray.io/node-id": f"!{host}"}}
+    # Ray's own libraries (Ray Data's locality) place "here first" the same way: without
+    # the spill, a soft affinity waits for the node's resources instead of going elsewhere.
+    first = placement == "host_first"
+    return {
+        "scheduling_strategy": scheduling_strategies.NodeAffinitySchedulingStrategy(
+            host, soft=first, _spill_on_unavailable=first
+        )
+    }
+
+
 class ActorGroup:
-    """``setup.num_workers`` actors for ``setup``; ``make_room()`` ends another loader's idle
-    actors where these do not fit. The caller serialises calls, inside
+    """``setup.num_workers`` actors for ``setup``, reserved together; ``make_room()`` ends
+    another loader's idle actors where these do not fit. With ``workers``, an elastic pool's
+    group: ``workers`` actors to start with, each placed on its own (:meth:`add`,
+    :meth:`remove`). The caller serialises calls, inside
     :func:`~dataloaderx.workers.ray.cluster.calls`."""
 
     def __init__(
-        self, options: RayOptions, setup: WorkerSetup, make_room: Callable[[], object]
+        self,
+        options: RayOptions,
+        setup: WorkerSetup,
+        make_room: Callable[[], object],
+        *,
+        workers: int | None = None,
     ) -> None:
         local = connect(without_authentication=options.start_local_ray_without_authentication)
         self.options = options
@@ -140,15 +166,20 @@ class ActorGroup:
         self._tickets = 0
         #: Results of tasks no longer wanted, not yet come.
         self._abandoned: list[Any] = []
-        self.slots: list[ActorSlot] = []
+        #: The node of the loop's process: where ``placement`` puts actors first.
+        self.host = ray.get_runtime_context().get_node_id()
+        self._elastic = workers is not None
+        #: The actors by worker id.
+        self.slots: dict[int, ActorSlot] = {}
         try:
-            self._owned.placement = reserve(placed, self.num_workers)
-            for worker in range(self.num_workers):
-                self.slots.append(self._start(worker, 0, SlotState.STARTING))
+            if not self._elastic:
+                self._owned.placement = reserve(placed, self.num_workers)
+            for worker in range(self.num_workers if workers is None else workers):
+                self.slots[worker] = self._start(worker, 0, SlotState.STARTING)
             #: The loader's arguments in the object store, for every actor's first epoch.
             self.payload_ref = ray.put(payload(setup))
             wait_reserved(self._owned.placement, placed, self.num_workers, make_room)
-            for slot in self.slots:  # the time to start counts once they are placed
+            for slot in self.slots.values():  # the time to start counts once they are placed
                 slot.deadline = time.monotonic() + placed.placement_timeout_s
         except BaseException:
             self.kill()
@@ -165,11 +196,13 @@ class ActorGroup:
 
     def _start(self, worker: int, generation: int, state: SlotState) -> ActorSlot:
         options = self._placed
-        strategy: Any = options.scheduling_strategy
+        placed: dict[str, Any] = {"scheduling_strategy": options.scheduling_strategy}
         if self._owned.placement is not None:
-            strategy = scheduling_strategies.PlacementGroupSchedulingStrategy(
+            placed["scheduling_strategy"] = scheduling_strategies.PlacementGroupSchedulingStrategy(
                 self._owned.placement, placement_group_bundle_index=worker
             )
+        elif self._elastic:
+            placed = _placement(options.placement, self.host)
         name = f"{self.name}-w{worker}-g{generation}"
         optional = {"memory": options.memory, "runtime_env": options.runtime_env}
         handle = _RemoteWorker.options(
@@ -178,9 +211,9 @@ class ActorGroup:
             num_cpus=options.num_cpus,
             num_gpus=options.num_gpus,
             resources=dict(options.resources),
-            scheduling_strategy=strategy,
             max_restarts=0,
             max_task_retries=0,
+            **placed,
             **{key: value for key, value in optional.items() if value is not None},
         ).remote(worker, self._shared)
         self._owned.handles[worker] = handle
@@ -197,7 +230,7 @@ class ActorGroup:
         of their ``results`` (none: only read and drop those let go of before): each is
         read and dropped once it comes."""
         if results:
-            for slot in self.slots:
+            for slot in self.slots.values():
                 slot.handle.skip_through.remote(self._tickets)
             self._abandoned.extend(results)
         self.drop_abandoned()
@@ -220,6 +253,18 @@ class ActorGroup:
         slot = self._start(worker, old.generation + 1, SlotState.REPLACING)
         self.slots[worker] = slot
         return slot
+
+    def add(self, worker: int) -> ActorSlot:
+        """Start an actor for the new worker ``worker`` of an elastic pool; its slot."""
+        slot = self._start(worker, 0, SlotState.STARTING)
+        self.slots[worker] = slot
+        return slot
+
+    def remove(self, worker: int) -> None:
+        """End the actor of ``worker``, which leaves an elastic pool."""
+        slot = self.slots.pop(worker)
+        self._owned.handles.pop(worker, None)
+        _kill(slot.handle)
 
     def forget_reservation(self) -> None:
         """Leave the reservation of a cluster that went away to it: asked to free it, a GCS

@@ -1,6 +1,6 @@
 """``worker_options`` of ``worker_method="ray"``: the actors' Ray options and the loader's
 own (reservation timeout, bounded replacements, the hand-over, a local Ray's
-authentication)."""
+authentication, an elastic pool's placement)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,18 @@ from typing import Any, Final
 from dataloaderx.util.suggest import did_you_mean, quoted
 from dataloaderx.workers.option_checks import bad, check_keys, choice, count, flag, number
 
-__all__ = ["HANDOVERS", "RayOptions", "parse_options"]
+__all__ = ["HANDOVERS", "PLACEMENTS", "RayOptions", "parse_options"]
 
 #: Scheduling strategies given by name; other strategies are Ray's strategy objects.
 _STRATEGY_NAMES: Final = ("SPREAD", "DEFAULT")
 #: How batches come back: shared memory from actors on the loop's machine, or the object
 #: store from every actor.
 HANDOVERS: Final = ("auto", "object_store")
+#: Where an elastic pool (``num_workers="auto"``) places the actors it adds: the loop's
+#: node first, then the others; the loop's node only; the other nodes only.
+PLACEMENTS: Final = ("host_first", "host_only", "remote_only")
+#: The option of a fixed count alone, and the one of ``num_workers="auto"`` alone.
+_FIXED_ONLY, _ELASTIC_ONLY = "scheduling_strategy", "placement"
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class RayOptions:
     handover: str = "auto"
     #: Start a local Ray even where ``RAY_AUTH_MODE`` turns its authentication off.
     start_local_ray_without_authentication: bool = False
+    #: One of :data:`PLACEMENTS` (``num_workers="auto"`` only).
+    placement: str = "host_first"
 
     def bundle(self) -> dict[str, float]:
         """The resources of one actor, as a placement-group bundle (zeros left out)."""
@@ -88,12 +95,27 @@ _PARSERS: Final[dict[str, Callable[[Any], Any]]] = {
     "placement_timeout_s": lambda value: number("placement_timeout_s", value, positive=True),
     "max_replacements": lambda value: count("max_replacements", value),
     "handover": lambda value: choice("handover", value, HANDOVERS),
+    "placement": lambda value: choice("placement", value, PLACEMENTS),
     "start_local_ray_without_authentication": lambda value: flag(
         "start_local_ray_without_authentication", value
     ),
 }
 
 
-def parse_options(options: Mapping[str, Any]) -> RayOptions:
-    """The :class:`RayOptions` ``options`` give; ``ValueError`` names a bad key or value."""
+def parse_options(options: Mapping[str, Any], *, elastic: bool = False) -> RayOptions:
+    """The :class:`RayOptions` ``options`` give, for a fixed count of workers or an elastic
+    pool; ``ValueError`` names a bad key or value."""
+    other = _FIXED_ONLY if elastic else _ELASTIC_ONLY
+    own = "num_workers='auto'" if elastic else "a fixed count"
+    if other in options:
+        fix = (
+            "worker_options['placement'] places the actors of num_workers='auto' (one of "
+            f"{quoted(PLACEMENTS)})"
+            if elastic
+            else "use num_workers='auto', or worker_options['scheduling_strategy']"
+        )
+        raise ValueError(
+            f"worker_options {other}={options[other]!r} does not apply to worker_method='ray' "
+            f"with {own}: {fix}; remove {other}"
+        )
     return RayOptions(**check_keys("ray", options, _PARSERS))

@@ -56,6 +56,8 @@ class _Task(NamedTuple):
     sent: int = 0
     #: How often it was sent before.
     tries: int = 0
+    #: An elastic pool's seed for the batch (``None``: the worker's own generators).
+    seed: int | None = None
 
 
 def _made(ref: Any) -> bool:
@@ -94,7 +96,7 @@ class RayWorkers(WorkerPool):
                 group.kill()
                 group = None
             if group is None:
-                group = ActorGroup(options, setup, self._kept.make_room)
+                group = self._new_group()
             self._group = group
             self._recovery = Recovery(
                 group,
@@ -104,7 +106,8 @@ class RayWorkers(WorkerPool):
             self._heartbeat = Heartbeat(options.placement_timeout_s)
             with calls():
                 group.drop_abandoned()
-                for worker in range(setup.num_workers):
+                self._regroup()
+                for worker in group.slots:
                     self._start_epoch(worker, fresh=True)
         except BaseException:
             self._give_back(group)
@@ -114,29 +117,34 @@ class RayWorkers(WorkerPool):
 
     @property
     def handles(self) -> list[Any]:
-        return [slot.handle for slot in self._group.slots]
+        with self._lock:
+            return [slot.handle for _, slot in sorted(self._group.slots.items())]
 
     def describe(self, worker: int) -> str:
-        return f"worker {worker} ({self._group.slots[worker]})"
+        with self._lock:
+            slot = self._group.slots.get(worker)
+        return f"worker {worker}" if slot is None else f"worker {worker} ({slot})"
 
     def send(self, worker: int, task: int, indices: Any) -> None:
         with self._lock:
             if self._phase is Phase.RUNNING:
                 with calls():
-                    self._submit(_Task(self._epoch, task, worker, indices))
+                    task_ = _Task(self._epoch, task, worker, indices, seed=self._seed(task))
+                    self._submit(task_)
 
     def new_epoch(self) -> int:
         with self._lock, calls():
             self._epoch += 1
             self._cancel_pending()
             self._recovery.delivered.clear()
-            for worker in range(self._setup.num_workers):
-                self._start_epoch(worker, fresh=False)
+            fresh = self._regroup()
+            for worker in self._group.slots:
+                self._start_epoch(worker, fresh=fresh)
             return self._epoch
 
     def starting(self) -> bool:
         with self._lock:
-            return any(slot.state is SlotState.STARTING for slot in self._group.slots)
+            return any(slot.state is SlotState.STARTING for slot in self._group.slots.values())
 
     def receive(self, timeout: float) -> Result | None:
         deadline = time.monotonic() + timeout
@@ -146,8 +154,8 @@ class RayWorkers(WorkerPool):
                     waiting = list(self._pending)
                     starting = {
                         slot.ping: worker
-                        for worker, slot in enumerate(self._group.slots)
-                        if slot.state is not SlotState.READY
+                        for worker, slot in self._group.slots.items()
+                        if slot.place is None
                     }
                     self._check_started()
                 if waiting:
@@ -156,7 +164,9 @@ class RayWorkers(WorkerPool):
                 if not waiting and not starting:
                     self._stop.wait(wait)
                     return None
-                ready, _ = ray.wait([*waiting, *starting], num_returns=1, timeout=wait)
+                # The answers of actors starting first: results ready all the time would
+                # hide them (the first ready in this order is returned).
+                ready, _ = ray.wait([*starting, *waiting], num_returns=1, timeout=wait)
                 if not ready:
                     return None
                 if ready[0] in starting:
@@ -185,17 +195,49 @@ class RayWorkers(WorkerPool):
         if not self._kept.keep(group, ActorGroup.kill) and group is not None:
             group.kill()
 
+    # -- what an elastic pool changes (under ``_lock``) ------------------------------------
+
+    def _new_group(self) -> ActorGroup:
+        """The actors of a pool that has none kept."""
+        return ActorGroup(self._options, self._setup, self._kept.make_room)
+
+    def _regroup(self) -> bool:
+        """Before an epoch: change the actors as the pool wants them; whether each starts
+        afresh (as a new worker). A fixed count keeps them."""
+        return False
+
+    def _shards(self) -> int:
+        """How many workers each actor is one of."""
+        return self._setup.num_workers
+
+    def _seed(self, task: int) -> int | None:
+        """The seed of task number ``task``'s batch, where it has its own."""
+        return None
+
+    def _runner(self, worker: int) -> int:
+        """The worker whose actor runs a task of ``worker``."""
+        return self._recovery.runner(worker)
+
+    def _replace_lost(self, worker: int, cause: BaseException, making: Any) -> None:
+        """``worker``'s actor was lost making the task ``making``: replace it, or raise."""
+        self._recovery.lost(worker, self._group.slots[worker], cause, making)
+        self._group.replace(worker)
+        self._start_epoch(worker, fresh=True)
+
     # -- tasks ----------------------------------------------------------------------------
 
     def _start_epoch(self, worker: int, fresh: bool) -> None:
         slot = self._group.slots[worker]
-        slot.handle.start_epoch.remote([self._group.payload_ref], self._setup.base_seed, fresh)
+        slot.handle.start_epoch.remote(
+            [self._group.payload_ref], self._setup.base_seed, fresh, self._shards()
+        )
 
     def _submit(self, task: _Task) -> None:
-        runner = self._recovery.runner(task.worker)
+        runner = self._runner(task.worker)
         slot = self._group.slots[runner]
         task = task._replace(runner=runner, generation=slot.generation, sent=next(self._sent))
-        self._pending[slot.handle.fetch.remote(self._group.ticket(), task.indices)] = task
+        ref = slot.handle.fetch.remote(self._group.ticket(), task.indices, task.seed)
+        self._pending[ref] = task
 
     def _cancel_pending(self) -> None:
         """Drop the tasks sent: each actor skips those it has not started. (Not
@@ -257,19 +299,15 @@ class RayWorkers(WorkerPool):
         with self._lock:
             if self._phase is Phase.CLOSED:
                 return
-            slot = self._group.slots[task.runner]
+            slot = self._group.slots.get(task.runner)
             redo = [task]
             for ref, other in list(self._pending.items()):
                 mine = (other.runner, other.generation) == (task.runner, task.generation)
                 if mine and not _made(ref):  # what it made before it died is kept
                     redo.append(self._pending.pop(ref))
-            if slot.generation == task.generation:  # the first news of this loss
+            if slot is not None and slot.generation == task.generation:  # the first news
                 making = min(redo, key=lambda each: each.sent)  # it ran them in that order
-                self._recovery.lost(
-                    task.runner, slot, cause, (making.task, making.indices, making.worker)
-                )
-                self._group.replace(task.runner)
-                self._start_epoch(task.runner, fresh=True)
+                self._replace_lost(task.runner, cause, (making.task, making.indices, making.worker))
             for lost in sorted(redo, key=lambda each: each.task):
                 self._submit(lost)
 
@@ -279,23 +317,25 @@ class RayWorkers(WorkerPool):
             place = ray.get(ping, timeout=self._options.placement_timeout_s)
         except ray_errors.RayError as exc:
             with self._lock:
-                slot = self._group.slots[worker]
-                if slot.ping is not ping:
+                slot = self._group.slots.get(worker)
+                if slot is None or slot.ping is not ping:
                     return
             raise RuntimeError(
                 f"DataLoader worker {worker} ({slot}) could not start: {first_line(exc)}; "
                 "check worker_options (runtime_env, resources) and the cluster's logs"
             ) from exc
         with self._lock:
-            slot = self._group.slots[worker]
-            if slot.ping is ping:
-                slot.place, slot.state = place, SlotState.READY
+            slot = self._group.slots.get(worker)
+            if slot is not None and slot.ping is ping:
+                slot.place = place
+                if slot.state is not SlotState.LEAVING:
+                    slot.state = SlotState.READY
 
     def _check_started(self) -> None:
         """Raise for an actor that has not started in time while tasks wait for it (under
         the lock); a replacement's tasks run elsewhere meanwhile."""
         now = time.monotonic()
-        for worker, slot in enumerate(self._group.slots):
+        for worker, slot in self._group.slots.items():
             if slot.state is SlotState.STARTING and slot.deadline < now:
                 raise RuntimeError(
                     f"DataLoader worker {worker} ({slot}) did not start on the Ray cluster "

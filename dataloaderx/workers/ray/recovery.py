@@ -37,9 +37,10 @@ class Recovery:
         slots = self._group.slots
         if self._iterable or slots[worker].state is not SlotState.REPLACING:
             return worker
-        for _ in range(len(slots)):
+        for _ in range(self._group.num_workers):
             other = next(self._turns)
-            if slots[other].state is SlotState.READY:
+            slot = slots.get(other)
+            if slot is not None and slot.state is SlotState.READY:
                 return other
         return worker
 

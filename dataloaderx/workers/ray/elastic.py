@@ -1,0 +1,213 @@
+"""``ElasticRay``: Ray workers with ``num_workers="auto"``, as many actors as the loader's
+:class:`~dataloaderx.workers.elastic.scaling.Scaling` decides (``docs/elastic-workers.md``).
+
+A map-style dataset's task goes to the ready actor with the fewest tasks on hand, whatever
+worker the schedule names, with its batch's seed
+(:func:`~dataloaderx.workers.elastic.seeds.batch_seed`), so that the batches are the same
+whatever the count. An actor added starts beside the others and takes tasks once it
+answers; an actor removed takes no more and ends once those it has are done (or, lost
+meanwhile, they are made again by the others). An iterable dataset is sharded by worker id:
+its actors change only between epochs, each then starting afresh as one of the new count.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import Counter
+from typing import Any
+
+import ray
+from torch.utils.data.dataloader import _DatasetKind
+
+from dataloaderx.util.cores import usable_cores
+from dataloaderx.workers.elastic.seeds import batch_seed
+from dataloaderx.workers.ray.cluster import calls
+from dataloaderx.workers.ray.group import ActorGroup, ActorSlot, SlotState
+from dataloaderx.workers.ray.options import RayOptions, parse_options
+from dataloaderx.workers.ray.pool import Phase, RayWorkers
+
+__all__ = ["ElasticRay"]
+
+
+class ElasticRay(RayWorkers):
+    """Between 1 and ``setup.num_workers`` Ray actors, placed as ``options.placement`` says;
+    thread-safe. :meth:`resize` changes the count: at once for a map-style dataset, at the
+    next epoch for an iterable one."""
+
+    @classmethod
+    def check_options(cls, options: Any) -> RayOptions:
+        return parse_options(options, elastic=True)
+
+    @classmethod
+    def most_workers(cls, options: Any) -> int:
+        """As many actors as the cluster's CPUs hold at ``num_cpus`` each (one per CPU for
+        actors that reserve none): Ray's, where it is initialised already, else this
+        machine's, which a local Ray started by the loader has."""
+        cpus = float(ray.cluster_resources().get("CPU", 0)) if ray.is_initialized() else 0.0  # type: ignore[no-untyped-call]
+        cpus = cpus or float(usable_cores())
+        return max(1, int(cpus // (options.num_cpus or 1.0)))
+
+    def _start(self, name: str) -> None:
+        self._map = self._setup.dataset_kind == _DatasetKind.Map
+        #: Guarded by ``_lock``, as the base pool's state: the count asked for, the most
+        #: the cluster had room for (``None``: no limit met), and the loader's epoch and
+        #: batches before the epoch's first task.
+        self._target = self._workers
+        self._room: int | None = None
+        self._origin = (0, 0)
+        super()._start(name)
+
+    # -- the worker contract --------------------------------------------------------------
+
+    def scheduled_workers(self) -> int:
+        with self._lock:
+            return self._shards()
+
+    def set_origin(self, epoch: int, first_batch: int) -> None:
+        with self._lock:
+            self._origin = (epoch, first_batch)
+
+    def resize(self, workers: int) -> int:
+        with self._lock:
+            self._target = workers if self._room is None else min(workers, self._room)
+            if self._map and self._phase is Phase.RUNNING:
+                with calls():
+                    self._adjust()
+            return self._taking()
+
+    def resizing(self) -> bool:
+        with self._lock:
+            slots = self._group.slots
+            if not self._map:
+                return self._target != len(slots)
+            return len(_staying(slots)) != self._target or any(
+                slot.state is not SlotState.READY for slot in slots.values()
+            )
+
+    # -- the base pool's choices ----------------------------------------------------------
+
+    def _new_group(self) -> ActorGroup:
+        return ActorGroup(self._options, self._setup, self._kept.make_room, workers=self._target)
+
+    def _regroup(self) -> bool:
+        if self._map:  # resized as the iterator asks, at any time
+            return False
+        slots = self._group.slots
+        if len(slots) == self._target:
+            return False
+        for worker in [worker for worker in slots if worker >= self._target]:
+            self._group.remove(worker)
+        for worker in range(len(slots), self._target):
+            self._group.add(worker)
+        return True  # every actor starts as one of the new count of shards
+
+    def _shards(self) -> int:
+        return self._setup.num_workers if self._map else len(self._group.slots)
+
+    def _seed(self, task: int) -> int | None:
+        if not self._map:
+            return None
+        epoch, first = self._origin
+        return batch_seed(self._setup.base_seed, epoch, first + task)
+
+    def _runner(self, worker: int) -> int:
+        if not self._map:
+            return super()._runner(worker)
+        load = Counter(task.runner for task in self._pending.values())
+        slots = self._group.slots
+        ready = [each for each, slot in slots.items() if slot.state is SlotState.READY]
+        return min(ready or _staying(slots), key=lambda each: (load[each], each))
+
+    def _replace_lost(self, worker: int, cause: BaseException, making: Any) -> None:
+        if self._group.slots[worker].state is SlotState.LEAVING:
+            self._group.remove(worker)  # it was leaving: its tasks go to the others
+            return
+        super()._replace_lost(worker, cause, making)
+
+    def _cancel_pending(self) -> None:
+        super()._cancel_pending()
+        self._end_drained()
+
+    def _collect(self, ref: Any) -> Any:
+        result = super()._collect(ref)
+        with self._lock:
+            if self._phase is Phase.RUNNING:
+                with calls():
+                    self._end_drained()
+        return result
+
+    def _check_started(self) -> None:
+        """An actor added that has not started in time gives way where others run: the
+        cluster has no room for it (its tasks go to the others); the count stays at most
+        what it had room for."""
+        now = time.monotonic()
+        slots = self._group.slots
+        late = [each for each, slot in slots.items() if slot.place is None and slot.deadline < now]
+        if not late or not any(slot.state is SlotState.READY for slot in slots.values()):
+            super()._check_started()
+            return
+        for worker in late:
+            self._group.remove(worker)
+            for ref, task in list(self._pending.items()):
+                if task.runner == worker:
+                    self._submit(self._pending.pop(ref))
+        self._room = len(slots)
+        self._target = min(self._target, self._room)
+        warnings.warn(
+            f"dataloaderx: the Ray cluster had no room for more than {self._room} DataLoader "
+            f"workers (Ray actors reserving {self._options.bundle()}, placed "
+            f"{self._options.placement!r}) within worker_options['placement_timeout_s']="
+            f"{self._options.placement_timeout_s!r} s; this iterator runs at most "
+            f"{self._room}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+    # -- resizing (under ``_lock``) -------------------------------------------------------
+
+    def _taking(self) -> int:
+        """How many actors take tasks now: those ready, or all that stay while none is."""
+        slots = self._group.slots
+        if not self._map:
+            return len(slots)
+        staying = _staying(slots)
+        return sum(slot.state is SlotState.READY for slot in staying.values()) or len(staying)
+
+    def _adjust(self) -> None:
+        """Add or remove a map-style dataset's actors towards the count asked for: those
+        leaving stay first, then new ones start; the first to leave are those not started
+        yet, then those on other nodes, then the newest."""
+        slots = self._group.slots
+        staying = _staying(slots)
+        for worker, slot in sorted(slots.items()):
+            if len(staying) >= self._target:
+                break
+            if worker not in staying:
+                slot.state = SlotState.STARTING if slot.place is None else SlotState.READY
+                staying[worker] = slot
+        while len(staying) < self._target:
+            worker = min(set(range(self._setup.num_workers)) - set(slots))
+            staying[worker] = self._group.add(worker)
+            self._start_epoch(worker, fresh=True)
+        host = self._group.host
+
+        def first_to_leave(worker: int) -> tuple[bool, bool, int]:
+            place = staying[worker].place
+            return place is not None, place is not None and place.node_id == host, -worker
+
+        for worker in sorted(staying, key=first_to_leave)[: len(staying) - self._target]:
+            staying[worker].state = SlotState.LEAVING
+        self._end_drained()
+
+    def _end_drained(self) -> None:
+        """End the actors leaving that have no task on hand."""
+        busy = {task.runner for task in self._pending.values()}
+        for worker, slot in list(self._group.slots.items()):
+            if slot.state is SlotState.LEAVING and worker not in busy:
+                self._group.remove(worker)
+
+
+def _staying(slots: dict[int, ActorSlot]) -> dict[int, ActorSlot]:
+    """The actors of ``slots`` not asked to leave."""
+    return {worker: slot for worker, slot in slots.items() if slot.state is not SlotState.LEAVING}

@@ -1,0 +1,255 @@
+"""Elastic Ray workers (``worker_method="ray"``, ``num_workers="auto"``) on the session's Ray
+cluster (a head with 4 CPUs, where the loop runs, and two worker nodes with 2 CPUs): the
+batches of elastic worker threads whatever the count did, each batch's generators its own,
+iterable datasets resized between epochs, exact resume across a resize, shrunk actors
+ended, a lost actor during a shrink, leaving mid-resize, placement on the loop's node
+first, and the arguments' checks. Forced schedules (``script``) replace the policy's
+decisions; the actors and their resizing are the real ones."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy
+import pytest
+import torch
+
+from dataloaderx import DataLoaderX
+from dataloaderx.cli import main
+from tests.elastic_support import Augmented, Script
+from tests.helpers import Sharded, assert_same
+
+ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'dataloaderx[ray]'")
+
+from dataloaderx.workers.ray.elastic import ElasticRay  # noqa: E402 - after the skip
+from dataloaderx.workers.ray.group import SlotState  # noqa: E402
+from tests.ray_support import no_actors_or_threads_left, our_actors, places  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("ray_cluster")]
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    yield from no_actors_or_threads_left()
+
+
+class Drawing(Augmented):
+    """:class:`Augmented`'s item, then a draw from each of the process's global generators
+    (``torch``, ``random``, ``numpy``), as an augmentation that uses them."""
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        draws = [float(torch.rand(())), random.random(), float(numpy.random.rand())]
+        return torch.cat([super().__getitem__(index), torch.tensor(draws)])
+
+
+def _auto(dataset: Any, **options: Any) -> DataLoaderX[Any]:
+    worker_options = {"num_cpus": 0.25, "max_workers": 3, **options.pop("worker_options", {})}
+    return DataLoaderX(
+        dataset,
+        batch_size=options.pop("batch_size", 2),
+        num_workers="auto",
+        worker_method="ray",
+        worker_options=worker_options,
+        generator=torch.Generator().manual_seed(7),
+        **options,
+    )
+
+
+def _threads(size: int) -> torch.Tensor:
+    """The index and batch-seeded draws of :class:`Augmented`'s items, from elastic worker
+    threads that keep their count."""
+    loader = DataLoaderX(
+        Augmented(size),
+        batch_size=2,
+        num_workers="auto",
+        worker_method="thread",
+        generator=torch.Generator().manual_seed(7),
+    )
+    return torch.cat(list(loader))[:, :3]
+
+
+def test_resizes_and_lost_actors_give_the_batches_of_elastic_threads(
+    script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced resizes, and at the shrink one actor that leaves and one that stays are
+    killed: every batch comes once, in order, as elastic threads make it."""
+    adjust = ElasticRay._adjust
+    killed: list[str] = []
+
+    def adjust_and_kill(pool: ElasticRay) -> None:
+        adjust(pool)
+        slots = pool._group.slots.values()
+        leaving = [slot for slot in slots if slot.state is SlotState.LEAVING]
+        staying = [slot for slot in slots if slot.state is SlotState.READY]
+        if leaving and staying and not killed:
+            for slot in (leaving[0], staying[0]):
+                ray.kill(slot.handle, no_restart=True)
+                killed.append(slot.name)
+
+    monkeypatch.setattr(ElasticRay, "_adjust", adjust_and_kill)
+    ran = script([3, 1, 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = torch.cat(list(_auto(Augmented(1200, delay=0.02))))
+    assert len(killed) == 2, killed
+    assert any("was lost" in str(each.message) for each in caught)
+    assert {3, 1, 2} <= set(ran), ran  # every count of the script ran
+    assert batches[:, 0].tolist() == list(range(1200))  # in order, each once
+    assert_same(batches[:, :3], _threads(1200))  # each batch's draws its own
+    assert len(set(batches[:, 3].tolist())) >= 3  # made by several actors
+
+
+def test_resume_across_a_resize_is_exact_with_the_processs_generators(script: Script) -> None:
+    """Resumed, and under other schedules, every batch draws the same from the batch's
+    generators and from the process's global ones."""
+
+    def values(batches: list[torch.Tensor]) -> torch.Tensor:
+        whole = torch.cat(batches)
+        return torch.cat([whole[:, :3], whole[:, 4:]], dim=1)  # not the worker's id
+
+    script([3, 1])
+    whole = values(list(_auto(Drawing(600, delay=0.02))))
+    script([1])
+    loader = _auto(Drawing(600, delay=0.02))
+    iterator = iter(loader)
+    taken = [next(iterator) for _ in range(150)]
+    state = loader.state_dict()
+    del iterator
+    script([3])
+    resumed = _auto(Drawing(600, delay=0.02))
+    resumed.load_state_dict(state)
+    assert_same(values(taken + list(resumed)), whole)
+    assert len(set(whole[:, 3].tolist())) == len(whole)  # each item draws anew
+
+
+def test_an_iterable_dataset_changes_its_actors_only_between_epochs(script: Script) -> None:
+    script([1, 1, 1])
+    loader = _auto(Sharded(40), batch_size=None, persistent_workers=True)
+    counts = []
+    for _ in range(3):
+        epoch = list(loader)
+        assert loader.stats is not None
+        workers = loader.stats.workers[0][1]
+        counts.append(workers)
+        fixed = DataLoaderX(
+            Sharded(40), batch_size=None, num_workers=workers, worker_method="thread"
+        )
+        assert epoch == list(fixed), workers
+    assert counts == [2, 1, 1]
+
+
+def test_shrunk_actors_end_and_leaving_mid_resize_ends_every_actor(script: Script) -> None:
+    script([3, *[1] * 60, 3])
+    loader = _auto(Augmented(4000, delay=0.02), persistent_workers=True)
+    shrunk = False
+    for _ in loader:
+        assert loader._scaling is not None
+        if not shrunk and loader._scaling.workers == 1:
+            shrunk = len(our_actors()) == 1  # the two others ended, their tasks done
+        if shrunk and loader._scaling.workers == 3:
+            break  # while the actors added start
+    assert shrunk
+    del loader  # the fixture checks that no actor is left
+
+
+def _nodes(loader: DataLoaderX[Any]) -> list[bool]:
+    """For each actor alive, whether it runs on the loop's node."""
+    host = ray.get_runtime_context().get_node_id()
+    return [place.node_id == host for place in places(loader)]
+
+
+def test_actors_go_to_the_loops_node_first_and_leave_the_others_first(script: Script) -> None:
+    script([3, 2])
+    loader = _auto(
+        Augmented(2000, delay=0.02), persistent_workers=True, worker_options={"num_cpus": 2}
+    )
+    seen, left = [], []
+    for count, _ in enumerate(loader):
+        if not seen and len(our_actors()) == 3:
+            seen = sorted(_nodes(loader))
+        shrunk = loader._scaling is not None and loader._scaling.workers == 2
+        if seen and shrunk and count % 10 == 0 and len(our_actors()) == 2:
+            left = _nodes(loader)
+            break
+    assert seen == [False, True, True]  # the head's 4 CPUs hold two
+    assert left == [True, True]  # the one on another node left first
+
+
+def test_host_only_runs_what_the_loops_node_has_room_for(script: Script) -> None:
+    script([3])
+    loader = _auto(
+        Augmented(2000, delay=0.02),
+        persistent_workers=True,
+        worker_options={"num_cpus": 2, "placement": "host_only", "placement_timeout_s": 8},
+    )
+    iterator = iter(loader)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in iterator:
+            assert loader.stats is not None
+            if loader.stats.workers[-1][1:] == (2, "ran 2: no room for more"):
+                break
+    assert any(
+        re.search(r"no room for more than 2 .*'host_only'", str(each.message)) for each in caught
+    )
+    assert _nodes(loader) == [True, True]
+    del iterator
+
+
+def test_remote_only_keeps_off_the_loops_node() -> None:
+    loader = _auto(
+        Augmented(40), persistent_workers=True, worker_options={"placement": "remote_only"}
+    )
+    list(loader)
+    assert _nodes(loader) == [False, False]
+
+
+def test_the_most_actors_are_what_the_cluster_cpus_hold() -> None:
+    cpus = int(ray.cluster_resources()["CPU"])  # 4 + 2 + 2
+    for num_cpus, most in [(0.5, 2 * cpus), (1, cpus), (3, cpus // 3)]:
+        loader = DataLoaderX(
+            Augmented(),
+            num_workers="auto",
+            worker_method="ray",
+            worker_options={"num_cpus": num_cpus},
+        )
+        assert loader.num_workers == most, num_cpus
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "options", "pattern"),
+    [
+        (2, {"placement": "host_only"}, r"placement='host_only' does not apply .* fixed count"),
+        ("auto", {"scheduling_strategy": "SPREAD"}, r"scheduling_strategy='SPREAD' .*'auto'"),
+        ("auto", {"placement": "here"}, r"placement.* one of 'host_first', .*got 'here'"),
+    ],
+)
+def test_bad_placement_arguments_name_the_fix(
+    num_workers: Any, options: dict[str, Any], pattern: str
+) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        DataLoaderX(
+            Augmented(), num_workers=num_workers, worker_method="ray", worker_options=options
+        )
+
+
+def test_bench_auto_runs_each_backend_with_elastic_ray_workers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        [
+            "bench",
+            *("--dataset", "tests.bench_fixtures:tiny", "--step", "tests.bench_fixtures:noop"),
+            *("--batches", "4", "--rounds", "1", "--no-progress", "--json"),
+            *("--backends", "thread", "--num-workers", "auto", "--worker-method", "ray"),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = [(row["loader"], row["worker_method"]) for row in json.loads(out)["results"]]
+    assert rows == [("DataLoader", "multiprocessing"), ("thread", "thread"), ("thread", "ray")]
