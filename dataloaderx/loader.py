@@ -55,7 +55,9 @@ class DataLoaderX(DataLoader[T_co]):
             with the same batches, order and worker contract (``docs/thread-workers.md``);
             ``"ray"``: ``num_workers`` Ray actors, on this machine or a Ray cluster's
             (``docs/ray-workers.md``); or a plugin's. A ``DataLoader`` of a torch that takes
-            ``worker_method`` itself is given ``"thread"`` and ``"multiprocessing"``.
+            ``worker_method`` itself is given ``"thread"`` and ``"multiprocessing"``. With
+            ``num_workers="auto"``, worker threads and Ray workers are as many as the loop
+            needs, sized while it runs (``docs/elastic-workers.md``).
         worker_options: options for the workers of ``worker_method``; for ``"ray"``, the
             actors' ``num_cpus``, ``memory``, ``resources``, ``scheduling_strategy``,
             ``runtime_env``, ... (``docs/ray-workers.md``).

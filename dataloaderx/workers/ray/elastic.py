@@ -139,30 +139,39 @@ class ElasticRay(RayWorkers):
 
     def _check_started(self) -> None:
         """An actor added that has not started in time gives way where others run: the
-        cluster has no room for it (its tasks go to the others); the count stays at most
-        what it had room for."""
+        cluster has no room for it."""
         now = time.monotonic()
-        slots = self._group.slots
-        late = [each for each, slot in slots.items() if slot.place is None and slot.deadline < now]
-        if not late or not any(slot.state is SlotState.READY for slot in slots.values()):
+        late = [
+            each
+            for each, slot in self._group.slots.items()
+            if slot.place is None and slot.deadline < now
+        ]
+        if not all(self._gave_way(worker) for worker in late):
             super()._check_started()
-            return
-        for worker in late:
-            self._group.remove(worker)
-            for ref, task in list(self._pending.items()):
-                if task.runner == worker:
-                    self._submit(self._pending.pop(ref))
-        self._room = len(slots)
-        self._target = min(self._target, self._room)
-        warnings.warn(
-            f"dataloaderx: the Ray cluster had no room for more than {self._room} DataLoader "
-            f"workers (Ray actors reserving {self._options.bundle()}, placed "
-            f"{self._options.placement!r}) within worker_options['placement_timeout_s']="
-            f"{self._options.placement_timeout_s!r} s; this iterator runs at most "
-            f"{self._room}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+
+    def _gave_way(self, worker: int) -> bool:
+        """Where another actor runs: end ``worker``'s actor, which could not start (no room),
+        send its tasks to the others, and run at most as many actors as are left."""
+        slots = self._group.slots
+        if not any(slot.state is SlotState.READY for slot in slots.values()):
+            return False
+        self._group.remove(worker)
+        for ref, task in list(self._pending.items()):
+            if task.runner == worker:
+                self._submit(self._pending.pop(ref))
+        room = len(_staying(slots))
+        if self._room is None or room < self._room:
+            warnings.warn(
+                f"dataloaderx: the Ray cluster had no room for more than {room} DataLoader "
+                f"workers (Ray actors reserving {self._options.bundle()}, placed "
+                f"{self._options.placement!r}) within worker_options['placement_timeout_s']="
+                f"{self._options.placement_timeout_s!r} s; this iterator runs at most {room}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._room = room
+        self._target = min(self._target, room)
+        return True
 
     # -- resizing (under ``_lock``) -------------------------------------------------------
 

@@ -125,10 +125,11 @@ def _placement(placement: str, host: str) -> dict[str, Any]:
         return {"label_selector": {"ray.io/node-id": f"!{host}"}}
     # Ray's own libraries (Ray Data's locality) place "here first" the same way: without
     # the spill, a soft affinity waits for the node's resources instead of going elsewhere.
+    # "Here only" fails at once where the node has no room, rather than waiting for it.
     first = placement == "host_first"
     return {
         "scheduling_strategy": scheduling_strategies.NodeAffinitySchedulingStrategy(
-            host, soft=first, _spill_on_unavailable=first
+            host, soft=first, _spill_on_unavailable=first, _fail_on_unavailable=not first
         )
     }
 

@@ -218,6 +218,11 @@ class RayWorkers(WorkerPool):
         """The worker whose actor runs a task of ``worker``."""
         return self._recovery.runner(worker)
 
+    def _gave_way(self, worker: int) -> bool:
+        """``worker``'s actor could not start: whether it gives way (its tasks to the others)
+        rather than fail the epoch. A fixed count's does not."""
+        return False
+
     def _replace_lost(self, worker: int, cause: BaseException, making: Any) -> None:
         """``worker``'s actor was lost making the task ``making``: replace it, or raise."""
         self._recovery.lost(worker, self._group.slots[worker], cause, making)
@@ -319,6 +324,8 @@ class RayWorkers(WorkerPool):
             with self._lock:
                 slot = self._group.slots.get(worker)
                 if slot is None or slot.ping is not ping:
+                    return
+                if self._gave_way(worker):
                     return
             raise RuntimeError(
                 f"DataLoader worker {worker} ({slot}) could not start: {first_line(exc)}; "
