@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any
 
 import ray
+from ray.util import scheduling_strategies
 from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.util.cores import usable_cores
@@ -56,6 +57,8 @@ class ElasticRay(RayWorkers):
         self._target = self._workers
         self._room: int | None = None
         self._origin = (0, 0)
+        #: The node of the loop's process: where ``placement`` puts actors first.
+        self._host = ray.get_runtime_context().get_node_id()
         super()._start(name)
 
     # -- the worker contract --------------------------------------------------------------
@@ -88,7 +91,10 @@ class ElasticRay(RayWorkers):
     # -- the base pool's choices ----------------------------------------------------------
 
     def _new_group(self) -> ActorGroup:
-        return ActorGroup(self._options, self._setup, self._kept.make_room, workers=self._target)
+        placing = _placement(self._options.placement, self._host)
+        return ActorGroup(
+            self._options, self._setup, self._kept.make_room, workers=self._target, placing=placing
+        )
 
     def _regroup(self) -> bool:
         if self._map:  # resized as the iterator asks, at any time
@@ -128,14 +134,6 @@ class ElasticRay(RayWorkers):
     def _cancel_pending(self) -> None:
         super()._cancel_pending()
         self._end_drained()
-
-    def _collect(self, ref: Any) -> Any:
-        result = super()._collect(ref)
-        with self._lock:
-            if self._phase is Phase.RUNNING:
-                with calls():
-                    self._end_drained()
-        return result
 
     def _check_started(self) -> None:
         """An actor added that has not started in time gives way where others run: the
@@ -199,7 +197,7 @@ class ElasticRay(RayWorkers):
             worker = min(set(range(self._setup.num_workers)) - set(slots))
             staying[worker] = self._group.add(worker)
             self._start_epoch(worker, fresh=True)
-        host = self._group.host
+        host = self._host
 
         def first_to_leave(worker: int) -> tuple[bool, bool, int]:
             place = staying[worker].place
@@ -220,3 +218,19 @@ class ElasticRay(RayWorkers):
 def _staying(slots: dict[int, ActorSlot]) -> dict[int, ActorSlot]:
     """The actors of ``slots`` not asked to leave."""
     return {worker: slot for worker, slot in slots.items() if slot.state is not SlotState.LEAVING}
+
+
+def _placement(placement: str, host: str) -> dict[str, Any]:
+    """The actor options that place an elastic pool's actor as ``placement`` says, where
+    ``host`` is the node id of the loop's node."""
+    if placement == "remote_only":
+        return {"label_selector": {"ray.io/node-id": f"!{host}"}}
+    # Ray's own libraries (Ray Data's locality) place "here first" the same way: without
+    # the spill, a soft affinity waits for the node's resources instead of going elsewhere.
+    # "Here only" fails at once where the node has no room, rather than waiting for it.
+    first = placement == "host_first"
+    return {
+        "scheduling_strategy": scheduling_strategies.NodeAffinitySchedulingStrategy(
+            host, soft=first, _spill_on_unavailable=first, _fail_on_unavailable=not first
+        )
+    }

@@ -1,7 +1,7 @@
 """A loader's Ray actors: one per worker, kept between epochs, replaced when lost, ended
 when dropped (``docs/design.md``, "Worker threads and Ray workers"). A fixed count of
 workers reserves its actors' resources together; an elastic pool's actors are placed one by
-one, where ``worker_options["placement"]`` says, as it adds them.
+one, as it adds them.
 
 The actors are named ``<group>-w<worker>-g<generation>`` in the namespace
 :data:`NAMESPACE`. They, their reservation and their shared-memory files end with the
@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -118,27 +118,11 @@ def _kill(handle: Any) -> None:
         ray.kill(handle, no_restart=True)
 
 
-def _placement(placement: str, host: str) -> dict[str, Any]:
-    """The actor options that place an elastic pool's actor as ``placement`` says, where
-    ``host`` is the node id of the loop's node."""
-    if placement == "remote_only":
-        return {"label_selector": {"ray.io/node-id": f"!{host}"}}
-    # Ray's own libraries (Ray Data's locality) place "here first" the same way: without
-    # the spill, a soft affinity waits for the node's resources instead of going elsewhere.
-    # "Here only" fails at once where the node has no room, rather than waiting for it.
-    first = placement == "host_first"
-    return {
-        "scheduling_strategy": scheduling_strategies.NodeAffinitySchedulingStrategy(
-            host, soft=first, _spill_on_unavailable=first, _fail_on_unavailable=not first
-        )
-    }
-
-
 class ActorGroup:
     """``setup.num_workers`` actors for ``setup``, reserved together; ``make_room()`` ends
     another loader's idle actors where these do not fit. With ``workers``, an elastic pool's
-    group: ``workers`` actors to start with, each placed on its own (:meth:`add`,
-    :meth:`remove`). The caller serialises calls, inside
+    group: ``workers`` actors to start with, each placed on its own with the actor options
+    ``placing`` (:meth:`add`, :meth:`remove`). The caller serialises calls, inside
     :func:`~dataloaderx.workers.ray.cluster.calls`."""
 
     def __init__(
@@ -148,11 +132,11 @@ class ActorGroup:
         make_room: Callable[[], object],
         *,
         workers: int | None = None,
+        placing: Mapping[str, Any] | None = None,
     ) -> None:
         local = connect(without_authentication=options.start_local_ray_without_authentication)
         self.options = options
         self.setup = setup
-        self.num_workers = setup.num_workers
         token = uuid.uuid4().hex[:12]
         self.name = f"dataloaderx-{token}"
         # On a Ray this process started, actors share the cores, as worker processes do.
@@ -167,13 +151,12 @@ class ActorGroup:
         self._tickets = 0
         #: Results of tasks no longer wanted, not yet come.
         self._abandoned: list[Any] = []
-        #: The node of the loop's process: where ``placement`` puts actors first.
-        self.host = ray.get_runtime_context().get_node_id()
-        self._elastic = workers is not None
+        #: An elastic pool's actor options that place each actor (``None``: a fixed count).
+        self._placing = None if workers is None else dict(placing or {})
         #: The actors by worker id.
         self.slots: dict[int, ActorSlot] = {}
         try:
-            if not self._elastic:
+            if self._placing is None:
                 self._owned.placement = reserve(placed, self.num_workers)
             for worker in range(self.num_workers if workers is None else workers):
                 self.slots[worker] = self._start(worker, 0, SlotState.STARTING)
@@ -185,6 +168,11 @@ class ActorGroup:
         except BaseException:
             self.kill()
             raise
+
+    @property
+    def num_workers(self) -> int:
+        """The most workers (a fixed count's: all of them)."""
+        return self.setup.num_workers
 
     def fits(self, options: RayOptions, setup: WorkerSetup) -> bool:
         """Whether this group serves a pool with these arguments, under the Ray in use."""
@@ -202,8 +190,8 @@ class ActorGroup:
             placed["scheduling_strategy"] = scheduling_strategies.PlacementGroupSchedulingStrategy(
                 self._owned.placement, placement_group_bundle_index=worker
             )
-        elif self._elastic:
-            placed = _placement(options.placement, self.host)
+        elif self._placing is not None:
+            placed = self._placing
         name = f"{self.name}-w{worker}-g{generation}"
         optional = {"memory": options.memory, "runtime_env": options.runtime_env}
         handle = _RemoteWorker.options(

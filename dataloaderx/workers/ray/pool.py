@@ -129,8 +129,7 @@ class RayWorkers(WorkerPool):
         with self._lock:
             if self._phase is Phase.RUNNING:
                 with calls():
-                    task_ = _Task(self._epoch, task, worker, indices, seed=self._seed(task))
-                    self._submit(task_)
+                    self._submit(_Task(self._epoch, task, worker, indices, seed=self._seed(task)))
 
     def new_epoch(self) -> int:
         with self._lock, calls():
@@ -164,8 +163,7 @@ class RayWorkers(WorkerPool):
                 if not waiting and not starting:
                     self._stop.wait(wait)
                     return None
-                # The answers of actors starting first: results ready all the time would
-                # hide them (the first ready in this order is returned).
+                # Starting actors' answers first: ray.wait returns the first ready in order.
                 ready, _ = ray.wait([*starting, *waiting], num_returns=1, timeout=wait)
                 if not ready:
                     return None
