@@ -32,16 +32,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+#: Test modules whose Ray runs in child processes of their own (scenario scripts), never the
+#: session's cluster: they need not wait for the session's Ray tests.
+_OWN_RAY = frozenset({"test_ray_local.py", "test_ray_train.py", "test_ray_cluster_loss.py"})
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``pytest -n N`` (the default, ``pyproject.toml``): the tests spread over N worker
     processes, except those whose id names Ray, which run one after another in one of
-    them: one Ray cluster for the session (``ray_cluster``), as without workers. (Not
-    ``--dist loadgroup``: pytest-xdist 3.8 cannot rename pytest 9's node ids.)"""
+    them: one Ray cluster for the session (``ray_cluster``), as without workers. A module
+    of :data:`_OWN_RAY` runs as one unit of its own, on any worker. (Not ``--dist
+    loadgroup``: pytest-xdist 3.8 cannot rename pytest 9's node ids.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class RayTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.partition("::")[0]
+            if module.rpartition("/")[2] in _OWN_RAY:
+                return module
             return "ray" if "ray" in nodeid.lower() else nodeid
 
     return RayTestsTogether(config, log)

@@ -22,6 +22,8 @@ from dataloaderx.workers.elastic.bounds import AutoWorkers, Bounds
 from dataloaderx.workers.elastic.policy import (
     CLOSED_WINDOWS,
     GAIN,
+    GROWTH,
+    PROBATION,
     Change,
     ScalePolicy,
     Window,
@@ -313,6 +315,76 @@ def test_the_policy_keeps_the_count_where_fewer_would_make_the_loader_wait() -> 
     assert n == 3
 
 
+def test_a_shrink_after_which_the_loader_comes_to_wait_goes_back_and_stays() -> None:
+    # 6 workers feed the loop; 5 are a little short: the window that judges them waits
+    # 4%, those after 6% (a steady workload, where a shrink must not come and go).
+    policy, n, judged = ScalePolicy(1, 16), 6, False
+    counts, reasons = [], []
+    for _ in range(4 * CLOSED_WINDOWS):
+        if n >= 6:
+            window, judged = Window(n, 33, 1.0, 0.01), False
+        else:
+            window = Window(n, 33, 1.0, 0.04 if not judged else 0.06)
+            judged = True
+        change = policy.observe(window)
+        if change is not None:
+            reasons.append(change)
+        if change is not None and change.workers != n:
+            counts.append(change.workers)
+            n = change.workers
+    # Each shrink is kept, then undone within its probation; the second closes it.
+    assert counts == [5, 6, 5, 6], counts
+    assert [reason for _, reason in reasons] == [
+        "tried 5: the loader waited 1% at 6",
+        "kept 5: +0% batches/s, waited 4%",
+        "back to 6: 5 came to wait 6%",
+    ] * 2
+    assert n == 6
+
+
+def test_a_shrink_is_on_probation_for_a_few_windows_only() -> None:
+    policy = ScalePolicy(1, 16)
+    tried = policy.observe(Window(8, 30, 1.0, 0.0))
+    assert tried == Change(6, "tried 6: the loader waited 0% at 8")
+    kept = policy.observe(Window(6, 30, 1.0, 0.03))
+    assert kept is not None
+    assert kept.workers == 6
+    for _ in range(PROBATION):
+        assert policy.observe(Window(6, 30, 1.0, 0.03)) is None
+    # Past its probation, a wait is a reason to try more, not to undo the shrink.
+    more = policy.observe(Window(6, 30, 1.0, 0.5))
+    assert more is not None
+    assert more.reason == "tried 12: the loader waited 50% at 6"
+
+
+def test_a_high_wait_tries_enough_workers_at_once_within_growth() -> None:
+    # Waiting 76% at 6: ending the wait needs about 25 workers; the most is 16.
+    assert ScalePolicy(1, 16).observe(Window(6, 30, 1.0, 0.76)) == Change(
+        16, "tried 16: the loader waited 76% at 6"
+    )
+    assert ScalePolicy(1, 64).observe(Window(2, 10, 1.0, 0.99)) == Change(
+        2 * GROWTH, "tried 8: the loader waited 99% at 2"
+    )
+
+
+def test_at_the_most_workers_a_wait_changes_nothing() -> None:
+    # The pool sets the pace at its most: fewer are tried only where more failed.
+    policy = ScalePolicy(1, 16)
+    assert [policy.observe(Window(16, 80, 1.0, 0.35)) for _ in range(10)] == [None] * 10
+
+
+def test_a_shrink_tries_a_quarter_fewer_where_the_loader_does_not_wait() -> None:
+    policy = ScalePolicy(1, 16)
+    n, counts = 16, []
+    for _ in range(12):  # the loop sets the pace; 6 workers are just enough
+        change = policy.observe(Window(n, 30, 1.0, 0.0 if n >= 6 else 0.3))
+        if change is not None and change.workers != n:
+            n = change.workers
+            counts.append(n)
+    assert counts[:5] == [12, 9, 7, 6, 5], counts
+    assert n == 6
+
+
 def test_a_phase_change_opens_a_closed_direction() -> None:
     policy = ScalePolicy(2, 16)  # no fewer than 2: the closed direction is the one tried
     assert policy.observe(Window(2, 20, 1.0, 0.5)) is not None  # try 4
@@ -327,6 +399,19 @@ def test_a_phase_change_opens_a_closed_direction() -> None:
     again = policy.observe(Window(2, 10, 1.0, 0.6))
     assert again is not None
     assert again.workers > 2
+
+
+def test_a_wait_that_moves_at_the_same_rate_opens_a_closed_direction() -> None:
+    # 16 workers gained nothing over 6 while the loop set the pace (30 ms steps); then the
+    # steps get shorter: 6 make batches 19% faster (not 25%), and the loop waits 79%.
+    policy = ScalePolicy(1, 16)
+    assert policy.observe(Window(6, 31, 1.0, 0.46)) is not None  # tries 16
+    back = policy.observe(Window(16, 30, 1.0, 0.1))
+    assert back is not None
+    assert back.workers == 6
+    assert [policy.observe(Window(6, 37, 1.0, 0.79)) for _ in range(2)] == [None, None]
+    again = policy.observe(Window(6, 37, 1.0, 0.79))
+    assert again == Change(16, "tried 16: the loader waited 79% at 6")
 
 
 def test_gain_is_measured_against_the_rate_before_the_try() -> None:

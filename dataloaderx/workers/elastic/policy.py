@@ -13,8 +13,10 @@ from typing import NamedTuple
 __all__ = [
     "CLOSED_WINDOWS",
     "GAIN",
+    "GROWTH",
     "LOSS",
     "PHASE_CHANGE",
+    "PROBATION",
     "WAIT_HIGH",
     "WAIT_LOW",
     "Change",
@@ -29,9 +31,15 @@ WAIT_LOW, WAIT_HIGH = 0.02, 0.05
 #: for adding a worker, USENIX ATC 2022); fewer where at most ``LOSS`` slower.
 GAIN, LOSS = 0.07, 0.03
 #: A first failed try closes its direction at its count for ``CLOSED_WINDOWS`` windows; a
-#: second closes it until a phase change: a rate ``PHASE_CHANGE`` away from the one
-#: measured when the direction was closed, in ``PHASE_WINDOWS`` windows in a row.
+#: second closes it until a phase change: a rate ``PHASE_CHANGE`` (a share of it) away from
+#: the one measured when the direction was closed, or a wait ``PHASE_CHANGE`` (of the
+#: window's time) away, in ``PHASE_WINDOWS`` windows in a row.
 CLOSED_WINDOWS, PHASE_CHANGE, PHASE_WINDOWS = 60, 0.25, 3
+#: A try of more workers asks for at most ``GROWTH`` times as many.
+GROWTH = 4
+#: Fewer workers, kept where the loader did not wait, are still on trial for this many
+#: windows: the loader coming to wait within them fails the try after all.
+PROBATION = 3
 
 
 class Window(NamedTuple):
@@ -80,8 +88,11 @@ class _Closed:
     """A direction closed at a count: until ``windows`` more windows, or a phase change."""
 
     windows: float
+    #: The rate and the share of time waited at the count when it was closed.
     rate: float
-    #: Windows in a row at the count whose rate moved by :data:`PHASE_CHANGE`.
+    wait: float
+    #: Windows in a row at the count whose rate moved by :data:`PHASE_CHANGE` (a share of
+    #: it), or whose wait did (of the window's time).
     moved: int = 0
 
 
@@ -103,37 +114,57 @@ class ScalePolicy:
         self._closed: dict[tuple[_Direction, int], _Closed] = {}
         #: Failed tries per direction and count.
         self._failures: dict[tuple[_Direction, int], int] = {}
+        #: Fewer workers kept, and the windows left of their probation.
+        self._probation: tuple[_Try, int] | None = None
 
     def observe(self, window: Window) -> Change | None:
         """Account for ``window``; the change to make now, or ``None``."""
         for key, closed in list(self._closed.items()):
             closed.windows -= 1
             if key[1] == window.workers:
-                moved = abs(window.rate - closed.rate) > PHASE_CHANGE * closed.rate
+                moved = (
+                    abs(window.rate - closed.rate) > PHASE_CHANGE * closed.rate
+                    or abs(window.wait_fraction - closed.wait) > PHASE_CHANGE
+                )
                 closed.moved = closed.moved + 1 if moved else 0
             if closed.windows <= 0 or closed.moved >= PHASE_WINDOWS:
                 del self._closed[key]
         trial, self._trial = self._trial, None
         if trial is not None:
             return self._judge(trial, window)
+        probation, self._probation = self._probation, None
+        if probation is not None:
+            kept, windows = probation
+            if window.wait_fraction >= WAIT_HIGH:
+                self._close(kept)
+                return Change(
+                    kept.workers,
+                    f"back to {kept.workers}: {window.workers} came to wait "
+                    f"{window.wait_fraction:.0%}",
+                )
+            if windows > 1:
+                self._probation = (kept, windows - 1)
         return self._try(window)
 
     def _try(self, window: Window) -> Change | None:
         n, wait = window.workers, window.wait_fraction
         if wait >= WAIT_HIGH and n < self.max_workers and not self._is_closed(_Direction.UP, n):
             # Enough workers to end the wait if each added one made batches as fast as
-            # those running; at least one more, at most twice as many.
-            wanted = math.ceil(n / (1 - wait)) if wait < 1 else 2 * n
-            target = min(self.max_workers, max(n + 1, min(2 * n, wanted)))
+            # those running; at least one more, at most GROWTH times as many.
+            wanted = math.ceil(n / (1 - wait)) if wait < 1 else GROWTH * n
+            target = min(self.max_workers, max(n + 1, min(GROWTH * n, wanted)))
             self._trial = _Try(_Direction.UP, n, window.rate, wait)
             return Change(target, f"tried {target}: the loader waited {wait:.0%} at {n}")
         if n <= self.min_workers or self._is_closed(_Direction.DOWN, n):
             return None
+        target = max(self.min_workers, n - max(1, n // 4))
         if wait <= WAIT_LOW:
             self._trial = _Try(_Direction.DOWN, n, window.rate, wait)
-            return Change(n - 1, f"tried {n - 1}: the loader waited {wait:.0%} at {n}")
-        if wait >= WAIT_HIGH:  # and more did not pay: fewer may be as fast (they compete)
-            target = max(self.min_workers, n - max(1, n // 4))
+            return Change(target, f"tried {target}: the loader waited {wait:.0%} at {n}")
+        more = self._closed.get((_Direction.UP, n))
+        if wait >= WAIT_HIGH and more is not None and not more.moved:
+            # More did not pay, and nothing moved since: fewer may be as fast (they compete
+            # for the cores).
             self._trial = _Try(_Direction.DOWN, n, window.rate, wait)
             return Change(target, f"tried {target}: {n} waited {wait:.0%}, more did not pay")
         return None
@@ -145,7 +176,7 @@ class ScalePolicy:
             needed = _needed_gain(trial.wait)
             if gain >= needed:
                 return Change(n, f"kept {n}: {gain:+.0%} batches/s over {trial.workers}")
-            self._close(_Direction.UP, trial.workers, before)
+            self._close(trial)
             return Change(
                 trial.workers,
                 f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s (needs {needed:+.0%})",
@@ -158,8 +189,10 @@ class ScalePolicy:
             else gain >= -LOSS and window.wait_fraction < WAIT_HIGH
         )
         if kept:
+            if trial.wait < WAIT_HIGH:  # the loader did not wait: it must not come to
+                self._probation = (trial, PROBATION)
             return Change(n, f"kept {n}: {gain:+.0%} batches/s, waited {window.wait_fraction:.0%}")
-        self._close(_Direction.DOWN, trial.workers, before)
+        self._close(trial)
         return Change(
             trial.workers,
             f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s, "
@@ -169,9 +202,10 @@ class ScalePolicy:
     def _is_closed(self, direction: _Direction, workers: int) -> bool:
         return (direction, workers) in self._closed
 
-    def _close(self, direction: _Direction, workers: int, rate: float) -> None:
-        key = (direction, workers)
+    def _close(self, trial: _Try) -> None:
+        """``trial`` failed: close its direction at the count it started from."""
+        key = (trial.direction, trial.workers)
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
         windows = CLOSED_WINDOWS if failures == 1 else math.inf
-        self._closed[key] = _Closed(windows, rate)
+        self._closed[key] = _Closed(windows, trial.rate, trial.wait)
