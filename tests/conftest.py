@@ -34,7 +34,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 #: Test modules whose Ray runs in child processes of their own (scenario scripts), never the
 #: session's cluster: they need not wait for the session's Ray tests.
-_OWN_RAY = frozenset({"test_ray_local.py", "test_ray_train.py", "test_ray_cluster_loss.py"})
+_OWN_RAY = frozenset(
+    {
+        "test_ray_local.py",
+        "test_ray_train.py",
+        "test_ray_cluster_loss.py",
+        "test_ray_elastic_starts.py",
+    }
+)
 
 
 @pytest.hookimpl(optionalhook=True)

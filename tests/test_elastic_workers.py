@@ -351,7 +351,9 @@ def test_a_shrink_is_on_probation_for_a_few_windows_only() -> None:
     assert kept.workers == 6
     for _ in range(PROBATION):
         assert policy.observe(Window(6, 30, 1.0, 0.03)) is None
-    # Past its probation, a wait is a reason to try more, not to undo the shrink.
+    # Past its probation, a wait is a reason to try more, not to undo the shrink (once a
+    # second window has measured it).
+    assert policy.observe(Window(6, 30, 1.0, 0.5)) is None
     more = policy.observe(Window(6, 30, 1.0, 0.5))
     assert more is not None
     assert more.reason == "tried 12: the loader waited 50% at 6"
@@ -412,6 +414,51 @@ def test_a_wait_that_moves_at_the_same_rate_opens_a_closed_direction() -> None:
     assert [policy.observe(Window(6, 37, 1.0, 0.79)) for _ in range(2)] == [None, None]
     again = policy.observe(Window(6, 37, 1.0, 0.79))
     assert again == Change(16, "tried 16: the loader waited 79% at 6")
+
+
+def _decisions(windows: list[tuple[int, int, float]]) -> list[Change | None]:
+    """A new policy's answers to windows of (workers, batches, wait) over 1 s each."""
+    policy = ScalePolicy(1, 16)
+    return [policy.observe(Window(n, batches, 1.0, wait)) for n, batches, wait in windows]
+
+
+def test_a_wait_after_a_window_without_one_is_measured_over_a_whole_window() -> None:
+    # The step gets shorter within a window: it waits 39% at 6, the next one (all of it in
+    # the new phase) 85%. The try asks for what the whole window says.
+    assert _decisions([(6, 33, 0.03), (6, 33, 0.39), (6, 37, 0.85)]) == [
+        None,
+        None,
+        Change(16, "tried 16: the loader waited 85% at 6"),
+    ]
+    # A single window that waits, between windows that do not, changes nothing.
+    policy = ScalePolicy(1, 16)
+    steady = [Window(6, 33, 1.0, 0.06 if k % 4 == 0 else 0.03) for k in range(1, 40)]
+    assert [policy.observe(window) for window in steady] == [None] * len(steady)
+
+
+def test_a_wait_right_after_a_change_is_measured_over_the_next_window_too() -> None:
+    # A shrink to 5 makes the loop wait: back to 6. The first window at 6 waits while the
+    # actor that comes back starts; the next does not: nothing is tried. Two in a row are.
+    windows = [(6, 33, 0.01), (5, 29, 0.23), (6, 20, 0.5), (6, 33, 0.01), (6, 20, 0.5)]
+    assert _decisions([*windows, (6, 20, 0.5)]) == [
+        Change(5, "tried 5: the loader waited 1% at 6"),
+        Change(6, "back to 6: 5 gave -12% batches/s, waited 23%"),
+        None,
+        None,
+        None,
+        Change(12, "tried 12: the loader waited 50% at 6"),
+    ]
+
+
+def test_a_shrink_where_the_loader_did_not_wait_is_judged_by_the_wait_it_adds() -> None:
+    # The step gets longer as 16 are tried down to 12: batches come 18% slower, set by the
+    # loop, which does not wait. 12 are kept; 9, which make it wait 4 points more, are not.
+    assert _decisions([(16, 40, 0.01), (12, 33, 0.01), (12, 33, 0.0), (9, 33, 0.04)]) == [
+        Change(12, "tried 12: the loader waited 1% at 16"),
+        Change(12, "kept 12: -18% batches/s, waited 1%"),
+        Change(9, "tried 9: the loader waited 0% at 12"),
+        Change(12, "back to 12: 9 gave +0% batches/s, waited 4%"),
+    ]
 
 
 def test_gain_is_measured_against_the_rate_before_the_try() -> None:

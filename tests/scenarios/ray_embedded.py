@@ -1,9 +1,9 @@
 """A training script whose loaders start their own local Ray: what it listens on, whom it
 admits, and a train and a val loader sharing it.
 
-Usage: ray_embedded.py. Builds a train loader (``num_workers`` = this machine's cores) and a
-val loader (2 workers) with Ray workers, alternates them for three epochs against
-``DataLoader``'s batches, then lists the listening sockets of this process and every
+Usage: ray_embedded.py. Builds a train loader (``num_workers="auto"``, as many as this
+machine's cores) and a val loader (2 workers) with Ray workers, alternates them for three
+epochs against ``DataLoader``'s batches, then lists the listening sockets of this process and every
 process of its Ray, and asks the Ray's GCS for an answer from three new processes: with
 no token, with a wrong one, with the token. Prints one JSON line.
 """
@@ -38,9 +38,13 @@ _CLIENT = (
 
 
 def _loaders() -> list[tuple[DataLoaderX[torch.Tensor], DataLoader[torch.Tensor]]]:
-    options = {"placement_timeout_s": 10.0}
+    cores = os.cpu_count() or 1
     made = []
-    for size, workers in ((64, os.cpu_count() or 1), (16, 2)):
+    # The train loader's elastic actors start the Ray.
+    for size, workers in ((64, "auto"), (16, 2)):
+        options: dict[str, object] = {"placement_timeout_s": 10.0}
+        if workers == "auto":
+            options.update(min_workers=cores, max_workers=cores)
         arguments = {"batch_size": 4, "shuffle": True}
         reference = DataLoader(
             RangeDataset(size), **arguments, generator=torch.Generator().manual_seed(size)

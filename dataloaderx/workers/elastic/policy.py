@@ -28,7 +28,8 @@ __all__ = [
 #: tried (``WAIT_LOW``), and at least which more are (``WAIT_HIGH``).
 WAIT_LOW, WAIT_HIGH = 0.02, 0.05
 #: More workers are kept where batches came at least ``GAIN`` faster (Cachew's threshold
-#: for adding a worker, USENIX ATC 2022); fewer where at most ``LOSS`` slower.
+#: for adding a worker, USENIX ATC 2022); fewer where they cost at most ``LOSS``: of the
+#: rate where the loader waited, of the window's time waited more where it did not.
 GAIN, LOSS = 0.07, 0.03
 #: A first failed try closes its direction at its count for ``CLOSED_WINDOWS`` windows; a
 #: second closes it until a phase change: a rate ``PHASE_CHANGE`` (a share of it) away from
@@ -116,9 +117,12 @@ class ScalePolicy:
         self._failures: dict[tuple[_Direction, int], int] = {}
         #: Fewer workers kept, and the windows left of their probation.
         self._probation: tuple[_Try, int] | None = None
+        #: The window observed before.
+        self._previous: Window | None = None
 
     def observe(self, window: Window) -> Change | None:
         """Account for ``window``; the change to make now, or ``None``."""
+        previous, self._previous = self._previous, window
         for key, closed in list(self._closed.items()):
             closed.windows -= 1
             if key[1] == window.workers:
@@ -144,11 +148,17 @@ class ScalePolicy:
                 )
             if windows > 1:
                 self._probation = (kept, windows - 1)
-        return self._try(window)
+        return self._try(window, previous)
 
-    def _try(self, window: Window) -> Change | None:
+    def _try(self, window: Window, previous: Window | None) -> Change | None:
         n, wait = window.workers, window.wait_fraction
         if wait >= WAIT_HIGH and n < self.max_workers and not self._is_closed(_Direction.UP, n):
+            if previous is not None and (
+                previous.workers != n or previous.wait_fraction < WAIT_HIGH
+            ):
+                # The wait may have begun within this window (a new phase), or come from the
+                # change before it: the next whole window at this count says how much.
+                return None
             # Enough workers to end the wait if each added one made batches as fast as
             # those running; at least one more, at most GROWTH times as many.
             wanted = math.ceil(n / (1 - wait)) if wait < 1 else GROWTH * n
@@ -181,22 +191,20 @@ class ScalePolicy:
                 trial.workers,
                 f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s (needs {needed:+.0%})",
             )
-        # Where the loader waited before, fewer workers must be as fast; else they may be
-        # a little slower, as long as the loader does not come to wait.
+        # Where the loader waited before, fewer workers must be as fast; else the loop set
+        # the pace (and a change of it, the rate): they must not make it wait.
+        wait = window.wait_fraction
         kept = (
-            gain >= 0
-            if trial.wait >= WAIT_HIGH
-            else gain >= -LOSS and window.wait_fraction < WAIT_HIGH
+            gain >= 0 if trial.wait >= WAIT_HIGH else wait < WAIT_HIGH and wait - trial.wait <= LOSS
         )
         if kept:
             if trial.wait < WAIT_HIGH:  # the loader did not wait: it must not come to
                 self._probation = (trial, PROBATION)
-            return Change(n, f"kept {n}: {gain:+.0%} batches/s, waited {window.wait_fraction:.0%}")
+            return Change(n, f"kept {n}: {gain:+.0%} batches/s, waited {wait:.0%}")
         self._close(trial)
         return Change(
             trial.workers,
-            f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s, "
-            f"waited {window.wait_fraction:.0%}",
+            f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s, waited {wait:.0%}",
         )
 
     def _is_closed(self, direction: _Direction, workers: int) -> bool:

@@ -4,10 +4,11 @@
 A map-style dataset's task goes to the ready actor with the fewest tasks on hand, whatever
 worker the schedule names, with its batch's seed
 (:func:`~dataloaderx.workers.elastic.seeds.batch_seed`), so that the batches are the same
-whatever the count. An actor added starts beside the others and takes tasks once it
-answers; an actor removed takes no more and ends once those it has are done (or, lost
-meanwhile, they are made again by the others). An iterable dataset is sharded by worker id:
-its actors change only between epochs, each then starting afresh as one of the new count.
+whatever the count. An actor added starts beside the others (at most as many at once as
+the cluster has CPUs) and takes tasks once it answers; an actor removed takes no more and
+ends once those it has are done (or, lost meanwhile, they are made again by the others).
+An iterable dataset is sharded by worker id: its actors change only between epochs, each
+then starting afresh as one of the new count.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from torch.utils.data.dataloader import _DatasetKind
 
 from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.elastic.seeds import batch_seed
-from dataloaderx.workers.ray.cluster import calls
+from dataloaderx.workers.ray.cluster import calls, connect
 from dataloaderx.workers.ray.group import ActorGroup, ActorSlot, SlotState
 from dataloaderx.workers.ray.options import RayOptions, parse_options
 from dataloaderx.workers.ray.pool import Phase, RayWorkers
@@ -50,6 +51,8 @@ class ElasticRay(RayWorkers):
         return max(1, int(cpus // (options.num_cpus or 1.0)))
 
     def _start(self, name: str) -> None:
+        # Before Ray's first call here: one without it starts a Ray of Ray's defaults.
+        connect(without_authentication=self._options.start_local_ray_without_authentication)
         self._map = self._setup.dataset_kind == _DatasetKind.Map
         #: Guarded by ``_lock``, as the base pool's state: the count asked for, the most
         #: the cluster had room for (``None``: no limit met), and the loader's epoch and
@@ -57,6 +60,9 @@ class ElasticRay(RayWorkers):
         self._target = self._workers
         self._room: int | None = None
         self._origin = (0, 0)
+        #: The most actors that start at once: the cluster's CPUs (each start imports
+        #: Python modules, torch among them, seconds of CPU).
+        self._at_once = max(1, int(ray.cluster_resources().get("CPU", 0)))  # type: ignore[no-untyped-call]
         #: The node of the loop's process: where ``placement`` puts actors first.
         self._host = ray.get_runtime_context().get_node_id()
         super()._start(name)
@@ -92,8 +98,10 @@ class ElasticRay(RayWorkers):
 
     def _new_group(self) -> ActorGroup:
         placing = _placement(self._options.placement, self._host)
+        # An iterable dataset's shards need every actor; a map-style one's come as they start.
+        workers = self._target if not self._map else min(self._target, self._at_once)
         return ActorGroup(
-            self._options, self._setup, self._kept.make_room, workers=self._target, placing=placing
+            self._options, self._setup, self._kept.make_room, workers=workers, placing=placing
         )
 
     def _regroup(self) -> bool:
@@ -183,8 +191,9 @@ class ElasticRay(RayWorkers):
 
     def _adjust(self) -> None:
         """Add or remove a map-style dataset's actors towards the count asked for: those
-        leaving stay first, then new ones start; the first to leave are those not started
-        yet, then those on other nodes, then the newest."""
+        leaving stay first, then new ones start, at most ``_at_once`` starting at a time
+        (the rest as those answer: each call adds what it can); the first to leave are
+        those not started yet, then those on other nodes, then the newest."""
         slots = self._group.slots
         staying = _staying(slots)
         for worker, slot in sorted(slots.items()):
@@ -193,7 +202,8 @@ class ElasticRay(RayWorkers):
             if worker not in staying:
                 slot.state = SlotState.STARTING if slot.place is None else SlotState.READY
                 staying[worker] = slot
-        while len(staying) < self._target:
+        starting = sum(slot.place is None for slot in staying.values())
+        for _ in range(min(self._target - len(staying), self._at_once - starting)):
             worker = min(set(range(self._setup.num_workers)) - set(slots))
             staying[worker] = self._group.add(worker)
             self._start_epoch(worker, fresh=True)
@@ -203,7 +213,7 @@ class ElasticRay(RayWorkers):
             place = staying[worker].place
             return place is not None, place is not None and place.node_id == host, -worker
 
-        for worker in sorted(staying, key=first_to_leave)[: len(staying) - self._target]:
+        for worker in sorted(staying, key=first_to_leave)[: max(0, len(staying) - self._target)]:
             staying[worker].state = SlotState.LEAVING
         self._end_drained()
 
