@@ -38,13 +38,16 @@ scaling.WINDOW_SECONDS, scaling.WINDOW_BATCHES = 0.0, 1
 ScalePolicy.observe = observe
 ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
          logging_level=logging.ERROR)
-samples, stop = [], threading.Event()
+# samples: the sampler's own until it is joined; all_alive: set once it sees 6 alive.
+samples, stop, all_alive = [], threading.Event(), threading.Event()
 def sample():
     while not stop.is_set():
         states = [actor["State"] for actor in state.actors().values()
                   if "RayWorker" in str(actor.get("ActorClassName"))]
         samples.append([sum(s not in ("ALIVE", "DEAD") for s in states),
                         states.count("ALIVE")])
+        if states.count("ALIVE") == 6:
+            all_alive.set()
         stop.wait(0.02)
 sampler = threading.Thread(target=sample)
 sampler.start()
@@ -52,7 +55,7 @@ loader = DataLoaderX(Slow(), batch_size=2, num_workers="auto", worker_method="ra
                      worker_options={"num_cpus": 0.125, "min_workers": 1, "max_workers": 6})
 deadline = time.monotonic() + 200
 for batch in loader:
-    if max(alive for _, alive in samples[-5:] or [(0, 0)]) == 6 or time.monotonic() > deadline:
+    if all_alive.is_set() or time.monotonic() > deadline:
         break
 stop.set()
 sampler.join()

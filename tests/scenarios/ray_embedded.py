@@ -3,9 +3,9 @@ admits, and a train and a val loader sharing it.
 
 Usage: ray_embedded.py. Builds a train loader (``num_workers="auto"``, as many as this
 machine's cores) and a val loader (2 workers) with Ray workers, alternates them for three
-epochs against ``DataLoader``'s batches, then lists the listening sockets of this process and every
-process of its Ray, and asks the Ray's GCS for an answer from three new processes: with
-no token, with a wrong one, with the token. Prints one JSON line.
+epochs against ``DataLoader``'s batches, then lists the listening sockets of this process
+and every process of its Ray, and asks the Ray's GCS for an answer from three new
+processes: with no token, with a wrong one, with the token. Prints one JSON line.
 """
 
 from __future__ import annotations

@@ -46,8 +46,7 @@ class ElasticRay(RayWorkers):
         """As many actors as the cluster's CPUs hold at ``num_cpus`` each (one per CPU for
         actors that reserve none): Ray's, where it is initialised already, else this
         machine's, which a local Ray started by the loader has."""
-        cpus = float(ray.cluster_resources().get("CPU", 0)) if ray.is_initialized() else 0.0  # type: ignore[no-untyped-call]
-        cpus = cpus or float(usable_cores())
+        cpus = _cluster_cpus() or float(usable_cores())
         return max(1, int(cpus // (options.num_cpus or 1.0)))
 
     def _start(self, name: str) -> None:
@@ -62,7 +61,7 @@ class ElasticRay(RayWorkers):
         self._origin = (0, 0)
         #: The most actors that start at once: the cluster's CPUs (each start imports
         #: Python modules, torch among them, seconds of CPU).
-        self._at_once = max(1, int(ray.cluster_resources().get("CPU", 0)))  # type: ignore[no-untyped-call]
+        self._at_once = max(1, int(_cluster_cpus()))
         #: The node of the loop's process: where ``placement`` puts actors first.
         self._host = ray.get_runtime_context().get_node_id()
         super()._start(name)
@@ -223,6 +222,13 @@ class ElasticRay(RayWorkers):
         for worker, slot in list(self._group.slots.items()):
             if slot.state is SlotState.LEAVING and worker not in busy:
                 self._group.remove(worker)
+
+
+def _cluster_cpus() -> float:
+    """The CPUs of the Ray cluster connected to; 0 where Ray is not initialised."""
+    if not ray.is_initialized():
+        return 0.0
+    return float(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
 
 
 def _staying(slots: dict[int, ActorSlot]) -> dict[int, ActorSlot]:
