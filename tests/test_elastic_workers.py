@@ -461,6 +461,20 @@ def test_a_shrink_where_the_loader_did_not_wait_is_judged_by_the_wait_it_adds() 
     ]
 
 
+def test_fewer_workers_than_the_rate_per_worker_needs_are_not_tried() -> None:
+    # 4 workers make 58 batches/s where the loader waits, 14.5 each: 7 feed the loop's 98,
+    # and 6 (a quarter fewer) would make 87: no shrink is tried. Items that wait on storage
+    # (threads) or actors on cores of their own (Ray) make as much per worker at 6.
+    tried, kept, *steady = _decisions([(4, 58, 0.4), *[(7, 98, 0.0)] * 30])
+    assert tried == Change(7, "tried 7: the loader waited 40% at 4")
+    assert kept == Change(7, "kept 7: +69% batches/s over 4")
+    assert steady == [None] * 29
+    # Workers that compete for the cores: 2 make 47 batches/s, 23.5 each, where 1 alone
+    # makes as many. The rate per worker bounds no count below the one it was measured at.
+    competing = _decisions([(2, 47, 0.2), (3, 43, 0.0), (2, 47, 0.0)])
+    assert competing[-1] == Change(1, "tried 1: the loader waited 0% at 2")
+
+
 def test_gain_is_measured_against_the_rate_before_the_try() -> None:
     policy = ScalePolicy(1, 16)
     policy.observe(Window(2, 100, 1.0, 0.5))

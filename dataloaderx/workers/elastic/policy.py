@@ -85,6 +85,18 @@ class _Try:
 
 
 @dataclass
+class _Capacity:
+    """Batches per second per worker, measured at ``workers`` where the loader waited (the
+    workers set the pace); it holds for ``windows`` more windows (:data:`CLOSED_WINDOWS`
+    from the measure). Workers that compete (for the cores, for the GIL) each make less
+    beside more: it bounds what more make, not what fewer do."""
+
+    per_worker: float
+    workers: int
+    windows: int
+
+
+@dataclass
 class _Closed:
     """A direction closed at a count: until ``windows`` more windows, or a phase change."""
 
@@ -119,10 +131,13 @@ class ScalePolicy:
         self._probation: tuple[_Try, int] | None = None
         #: The window observed before.
         self._previous: Window | None = None
+        #: What a worker made, where the loader last waited.
+        self._capacity: _Capacity | None = None
 
     def observe(self, window: Window) -> Change | None:
         """Account for ``window``; the change to make now, or ``None``."""
         previous, self._previous = self._previous, window
+        self._measure_capacity(window)
         for key, closed in list(self._closed.items()):
             closed.windows -= 1
             if key[1] == window.workers:
@@ -169,6 +184,9 @@ class ScalePolicy:
             return None
         target = max(self.min_workers, n - max(1, n // 4))
         if wait <= WAIT_LOW:
+            target = self._enough(target, window.rate)
+            if target >= n:
+                return None
             self._trial = _Try(_Direction.DOWN, n, window.rate, wait)
             return Change(target, f"tried {target}: the loader waited {wait:.0%} at {n}")
         more = self._closed.get((_Direction.UP, n))
@@ -206,6 +224,23 @@ class ScalePolicy:
             trial.workers,
             f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s, waited {wait:.0%}",
         )
+
+    def _measure_capacity(self, window: Window) -> None:
+        capacity = self._capacity
+        if window.wait_fraction >= WAIT_HIGH and window.rate > 0:
+            self._capacity = _Capacity(window.rate / window.workers, window.workers, CLOSED_WINDOWS)
+        elif capacity is not None:
+            capacity.windows -= 1
+            if capacity.windows <= 0:
+                self._capacity = None
+
+    def _enough(self, target: int, rate: float) -> int:
+        """``target`` workers, or more where the rate per worker measured at ``target`` or
+        fewer says they would make ``rate`` less :data:`LOSS` only with more."""
+        capacity = self._capacity
+        if capacity is None or target < capacity.workers:
+            return target
+        return max(target, math.ceil(rate * (1 - LOSS) / capacity.per_worker))
 
     def _is_closed(self, direction: _Direction, workers: int) -> bool:
         return (direction, workers) in self._closed
