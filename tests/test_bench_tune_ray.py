@@ -10,6 +10,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +140,9 @@ def test_peak_memory_leaves_out_the_ray_this_process_started() -> None:
     psutil = pytest.importorskip("psutil")
     directory = os.path.dirname(ray.__file__)
 
-    def read(process: Any, method: str, otherwise: Any, **options: Any) -> Any:
+    def read(what: Callable[[], Any], otherwise: Any) -> Any:
         try:
-            return getattr(process, method)(**options)
+            return what()
         except psutil.Error:  # a Ray worker that ended between the listing and the read
             return otherwise
 
@@ -148,11 +150,13 @@ def test_peak_memory_leaves_out_the_ray_this_process_started() -> None:
     rays = [
         child
         for child in psutil.Process().children()
-        if any(part.startswith(directory) for part in read(child, "cmdline", [])[:3])
+        if any(part.startswith(directory) for part in read(child.cmdline, [])[:3])
     ]
     assert rays
-    below = [process for root in rays for process in read(root, "children", [], recursive=True)]
-    infos = [read(process, "memory_full_info", None) for process in rays + below]
+    below = [
+        process for root in rays for process in read(partial(root.children, recursive=True), [])
+    ]
+    infos = [read(process.memory_full_info, None) for process in rays + below]
     ray_bytes = sum(info.pss for info in infos if info is not None)
     assert ray_bytes > 100 * 2**20
     own = psutil.Process().memory_full_info().pss
