@@ -475,6 +475,31 @@ def test_fewer_workers_than_the_rate_per_worker_needs_are_not_tried() -> None:
     assert competing[-1] == Change(1, "tried 1: the loader waited 0% at 2")
 
 
+def test_more_workers_kept_over_a_kept_shrink_close_the_way_down() -> None:
+    # 6 actors of 6.25 batches/s each feed a loop that takes 31.7; 5 make a little less.
+    # The shrink to 5 passes its probation (the wait creeps up), then 5 wait 6% and 6 are
+    # kept again: 5 are not tried from 6 again within CLOSED_WINDOWS windows.
+    def window(n: int, rate: float, waits: float) -> Window:
+        return Window(n, round(rate * 10), 10.0, waits * 10)
+
+    policy = ScalePolicy(1, 16)
+    history = [policy.observe(window(6, 31.7, 0.01)), policy.observe(window(5, 31.2, 0.03))]
+    history += [policy.observe(window(5, 31.0, 0.04)) for _ in range(PROBATION)]
+    # 6.16 batches/s per worker: the rate per worker alone would let 5 feed 31.7 again.
+    history += [policy.observe(window(5, 30.8, 0.06)) for _ in range(2)]
+    history.append(policy.observe(window(6, 32.0, 0.0)))
+    assert [change for change in history if change is not None] == [
+        Change(5, "tried 5: the loader waited 1% at 6"),
+        Change(5, "kept 5: -2% batches/s, waited 3%"),
+        Change(6, "tried 6: the loader waited 6% at 5"),
+        Change(6, "kept 6: +4% batches/s over 5"),
+    ]
+    quiet = [policy.observe(window(6, 31.7, 0.01)) for _ in range(CLOSED_WINDOWS - 2)]
+    assert not any(quiet), quiet
+    later = [policy.observe(window(6, 31.7, 0.01)) for _ in range(3)]
+    assert Change(5, "tried 5: the loader waited 1% at 6") in later
+
+
 def test_gain_is_measured_against_the_rate_before_the_try() -> None:
     policy = ScalePolicy(1, 16)
     policy.observe(Window(2, 100, 1.0, 0.5))

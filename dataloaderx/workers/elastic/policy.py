@@ -133,6 +133,9 @@ class ScalePolicy:
         self._previous: Window | None = None
         #: What a worker made, where the loader last waited.
         self._capacity: _Capacity | None = None
+        #: Fewer workers kept, by the count they came from, and the windows each stays
+        #: answerable for: more kept up to that count within them fail it after all.
+        self._shrinks: dict[int, tuple[_Try, int]] = {}
 
     def observe(self, window: Window) -> Change | None:
         """Account for ``window``; the change to make now, or ``None``."""
@@ -148,6 +151,11 @@ class ScalePolicy:
                 closed.moved = closed.moved + 1 if moved else 0
             if closed.windows <= 0 or closed.moved >= PHASE_WINDOWS:
                 del self._closed[key]
+        self._shrinks = {
+            workers: (shrink, windows - 1)
+            for workers, (shrink, windows) in self._shrinks.items()
+            if windows > 1
+        }
         trial, self._trial = self._trial, None
         if trial is not None:
             return self._judge(trial, window)
@@ -155,6 +163,7 @@ class ScalePolicy:
         if probation is not None:
             kept, windows = probation
             if window.wait_fraction >= WAIT_HIGH:
+                self._shrinks.pop(kept.workers, None)
                 self._close(kept)
                 return Change(
                     kept.workers,
@@ -203,6 +212,7 @@ class ScalePolicy:
         if trial.direction is _Direction.UP:
             needed = _needed_gain(trial.wait)
             if gain >= needed:
+                self._undo_shrinks(trial.workers, n)
                 return Change(n, f"kept {n}: {gain:+.0%} batches/s over {trial.workers}")
             self._close(trial)
             return Change(
@@ -218,6 +228,7 @@ class ScalePolicy:
         if kept:
             if trial.wait < WAIT_HIGH:  # the loader did not wait: it must not come to
                 self._probation = (trial, PROBATION)
+            self._shrinks[trial.workers] = (trial, CLOSED_WINDOWS)
             return Change(n, f"kept {n}: {gain:+.0%} batches/s, waited {wait:.0%}")
         self._close(trial)
         return Change(
@@ -241,6 +252,12 @@ class ScalePolicy:
         if capacity is None or target < capacity.workers:
             return target
         return max(target, math.ceil(rate * (1 - LOSS) / capacity.per_worker))
+
+    def _undo_shrinks(self, low: int, high: int) -> None:
+        """More workers, from ``low`` to ``high``, were kept: the shrinks kept lately from
+        counts above ``low`` up to ``high`` were too many, and fail."""
+        for workers in [each for each in self._shrinks if low < each <= high]:
+            self._close(self._shrinks.pop(workers)[0])
 
     def _is_closed(self, direction: _Direction, workers: int) -> bool:
         return (direction, workers) in self._closed
