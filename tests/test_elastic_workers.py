@@ -500,6 +500,23 @@ def test_more_workers_kept_over_a_kept_shrink_close_the_way_down() -> None:
     assert Change(5, "tried 5: the loader waited 1% at 6") in later
 
 
+def test_more_workers_for_a_shorter_step_leave_the_way_down_open() -> None:
+    # 8 actors shrink to 6 under a 30 ms step; then the step gets shorter and 10 are kept.
+    # Back at 30 ms, 8 may shrink to 6 again: the shrink was not too many, the step changed.
+    policy = ScalePolicy(1, 16)
+    phases = [(8, 31.7, 0.01), *[(6, 31.7, 0.03)] * (1 + PROBATION)]
+    phases += [(6, 37.5, 0.4), (6, 37.5, 0.4), (10, 50.0, 0.1)]
+    changes = [policy.observe(Window(n, round(r * 10), 10.0, w * 10)) for n, r, w in phases]
+    assert changes[-1] == Change(10, "kept 10: +33% batches/s over 6"), changes
+    n, counts = 10, []
+    for _ in range(20):  # the 30 ms step again: 6 feed it
+        change = policy.observe(Window(n, 317, 10.0, 0.1 if n >= 6 else 3.0))
+        if change is not None and change.workers != n:
+            n = change.workers
+            counts.append(n)
+    assert counts[:3] == [8, 6, 5], counts
+
+
 def test_gain_is_measured_against_the_rate_before_the_try() -> None:
     policy = ScalePolicy(1, 16)
     policy.observe(Window(2, 100, 1.0, 0.5))

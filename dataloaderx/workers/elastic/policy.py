@@ -109,6 +109,14 @@ class _Closed:
     moved: int = 0
 
 
+def _moved(window: Window, rate: float, wait: float) -> bool:
+    """Whether ``window`` is a phase change away from ``rate`` and ``wait`` (a share of the
+    time): its rate by :data:`PHASE_CHANGE` of ``rate``, or its wait by as many points."""
+    return abs(window.rate - rate) > PHASE_CHANGE * rate or (
+        abs(window.wait_fraction - wait) > PHASE_CHANGE
+    )
+
+
 def _needed_gain(wait: float) -> float:
     """The gain that keeps more workers, after a window that waited ``wait`` of its time:
     :data:`GAIN`, or half of what ending the wait would give where that is less (the
@@ -144,10 +152,7 @@ class ScalePolicy:
         for key, closed in list(self._closed.items()):
             closed.windows -= 1
             if key[1] == window.workers:
-                moved = (
-                    abs(window.rate - closed.rate) > PHASE_CHANGE * closed.rate
-                    or abs(window.wait_fraction - closed.wait) > PHASE_CHANGE
-                )
+                moved = _moved(window, closed.rate, closed.wait)
                 closed.moved = closed.moved + 1 if moved else 0
             if closed.windows <= 0 or closed.moved >= PHASE_WINDOWS:
                 del self._closed[key]
@@ -212,7 +217,7 @@ class ScalePolicy:
         if trial.direction is _Direction.UP:
             needed = _needed_gain(trial.wait)
             if gain >= needed:
-                self._undo_shrinks(trial.workers, n)
+                self._undo_shrinks(trial.workers, window)
                 return Change(n, f"kept {n}: {gain:+.0%} batches/s over {trial.workers}")
             self._close(trial)
             return Change(
@@ -253,11 +258,14 @@ class ScalePolicy:
             return target
         return max(target, math.ceil(rate * (1 - LOSS) / capacity.per_worker))
 
-    def _undo_shrinks(self, low: int, high: int) -> None:
-        """More workers, from ``low`` to ``high``, were kept: the shrinks kept lately from
-        counts above ``low`` up to ``high`` were too many, and fail."""
-        for workers in [each for each in self._shrinks if low < each <= high]:
-            self._close(self._shrinks.pop(workers)[0])
+    def _undo_shrinks(self, low: int, window: Window) -> None:
+        """More workers, ``window``'s count from ``low``, were kept: a shrink kept lately
+        from a count above ``low`` up to it fails, unless ``window`` is a phase change away
+        from where the shrink started (the step changed, not the count that suffices)."""
+        for workers in [each for each in self._shrinks if low < each <= window.workers]:
+            shrink, _ = self._shrinks.pop(workers)
+            if not _moved(window, shrink.rate, shrink.wait):
+                self._close(shrink)
 
     def _is_closed(self, direction: _Direction, workers: int) -> bool:
         return (direction, workers) in self._closed
