@@ -479,24 +479,25 @@ def test_more_workers_kept_over_a_kept_shrink_close_the_way_down() -> None:
     # 6 actors of 6.25 batches/s each feed a loop that takes 31.7; 5 make a little less.
     # The shrink to 5 passes its probation (the wait creeps up), then 5 wait 6% and 6 are
     # kept again: 5 are not tried from 6 again within CLOSED_WINDOWS windows.
-    def window(n: int, rate: float, waits: float) -> Window:
-        return Window(n, round(rate * 10), 10.0, waits * 10)
-
     policy = ScalePolicy(1, 16)
-    history = [policy.observe(window(6, 31.7, 0.01)), policy.observe(window(5, 31.2, 0.03))]
-    history += [policy.observe(window(5, 31.0, 0.04)) for _ in range(PROBATION)]
-    # 6.16 batches/s per worker: the rate per worker alone would let 5 feed 31.7 again.
-    history += [policy.observe(window(5, 30.8, 0.06)) for _ in range(2)]
-    history.append(policy.observe(window(6, 32.0, 0.0)))
+    windows = [
+        *_windows(6, 31.7, 0.01),
+        *_windows(5, 31.2, 0.03),
+        *_windows(5, 31.0, 0.04, PROBATION),
+        # 6.16 batches/s per worker: the rate per worker alone would let 5 feed 31.7 again.
+        *_windows(5, 30.8, 0.06, 2),
+        *_windows(6, 32.0, 0.0),
+    ]
+    history = [policy.observe(window) for window in windows]
     assert [change for change in history if change is not None] == [
         Change(5, "tried 5: the loader waited 1% at 6"),
         Change(5, "kept 5: -2% batches/s, waited 3%"),
         Change(6, "tried 6: the loader waited 6% at 5"),
         Change(6, "kept 6: +4% batches/s over 5"),
     ]
-    quiet = [policy.observe(window(6, 31.7, 0.01)) for _ in range(CLOSED_WINDOWS - 2)]
+    quiet = [policy.observe(window) for window in _windows(6, 31.7, 0.01, CLOSED_WINDOWS - 2)]
     assert not any(quiet), quiet
-    later = [policy.observe(window(6, 31.7, 0.01)) for _ in range(3)]
+    later = [policy.observe(window) for window in _windows(6, 31.7, 0.01, 3)]
     assert Change(5, "tried 5: the loader waited 1% at 6") in later
 
 
@@ -504,9 +505,13 @@ def test_more_workers_for_a_shorter_step_leave_the_way_down_open() -> None:
     # 8 actors shrink to 6 under a 30 ms step; then the step gets shorter and 10 are kept.
     # Back at 30 ms, 8 may shrink to 6 again: the shrink was not too many, the step changed.
     policy = ScalePolicy(1, 16)
-    phases = [(8, 31.7, 0.01), *[(6, 31.7, 0.03)] * (1 + PROBATION)]
-    phases += [(6, 37.5, 0.4), (6, 37.5, 0.4), (10, 50.0, 0.1)]
-    changes = [policy.observe(Window(n, round(r * 10), 10.0, w * 10)) for n, r, w in phases]
+    phases = [
+        *_windows(8, 31.7, 0.01),
+        *_windows(6, 31.7, 0.03, 1 + PROBATION),
+        *_windows(6, 37.5, 0.4, 2),
+        *_windows(10, 50.0, 0.1),
+    ]
+    changes = [policy.observe(window) for window in phases]
     assert changes[-1] == Change(10, "kept 10: +33% batches/s over 6"), changes
     n, counts = 10, []
     for _ in range(20):  # the 30 ms step again: 6 feed it
