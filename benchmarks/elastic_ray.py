@@ -106,6 +106,12 @@ CHILD_TIMEOUT = 1800.0
 #: actors starting on two shared cores can take more than a minute.
 START_SECONDS = 600.0
 AUTO, ORACLE, RAY_DATA = "auto", "oracle", "Ray Data"
+#: ``auto`` with a read-ahead: the prefetch buffer bounded by bytes alone (its depth,
+#: :data:`AHEAD_DEPTH` batches, never binds), made while the loop trains.
+AHEAD = "auto, read-ahead"
+READ_AHEAD = "64MiB"
+AHEAD_DEPTH = 1_000_000
+AUTOS = (AUTO, AHEAD)
 #: The child's ``WORKERS`` argument for Ray Data, ``raydata:ROWS_PER_BLOCK``.
 RAY_DATA_CHILD = "raydata"
 #: Rows per block of Ray Data's ``range`` (8 batches: a 1.28 s task for an actor).
@@ -182,12 +188,15 @@ class ActorSampler:
 
 
 def run_loader(workers: str, steps: Sequence[float], phase_batches: int) -> dict[str, Any]:
+    """``workers``: a count, ``auto``, or ``auto+SIZE`` (a read-ahead of ``SIZE`` bytes)."""
     from dataloaderx import DataLoaderX
 
     options: dict[str, Any] = {"num_cpus": ACTOR_CPUS, "placement_timeout_s": START_SECONDS}
+    workers, _, ahead = workers.partition("+")
     count: Any = int(workers) if workers != AUTO else AUTO
     if count == AUTO:
         options.update(min_workers=MIN_WORKERS, max_workers=MAX_WORKERS)
+    buffer = {"depth": AHEAD_DEPTH, "max_bytes": ahead, "adaptive": False} if ahead else {}
     with ActorSampler("RayWorker") as sampler:
         begin = perf_counter()
         loader = DataLoaderX(
@@ -196,6 +205,7 @@ def run_loader(workers: str, steps: Sequence[float], phase_batches: int) -> dict
             num_workers=count,
             worker_method="ray",
             worker_options=options,
+            backend_options=buffer,
         )
         marks = train(loader, steps, phase_batches)
     stats = loader.stats
@@ -428,6 +438,8 @@ def configurations(options: argparse.Namespace) -> dict[str, tuple[str, tuple[fl
     """Every run of a round: name -> (the child's workers argument, the steps)."""
     full = tuple(STEPS)
     runs: dict[str, tuple[str, tuple[float, ...]]] = {AUTO: (AUTO, full)}
+    if options.read_ahead:
+        runs[AHEAD] = (f"{AUTO}+{options.read_ahead}", full)
     runs.update({f"fixed {n}": (str(n), full) for n in FIXED})
     if not options.skip_ray_data:
         runs[RAY_DATA] = (f"{RAY_DATA_CHILD}:{options.ray_data_block_rows}", full)
@@ -458,7 +470,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     }
     left = sum(result.get("left_behind", 0) for results in raw.values() for result in results)
     full: dict[str, list[dict[str, Any]]] = {}
-    for name in [AUTO, *(f"fixed {n}" for n in FIXED), RAY_DATA]:
+    for name in [*AUTOS, *(f"fixed {n}" for n in FIXED), RAY_DATA]:
         good = [result for result in raw.get(name, []) if "error" not in result]
         if good:
             count = int(name.split()[1]) if name.startswith("fixed") else None
@@ -471,6 +483,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             "rounds": options.rounds,
             "tie": options.tie,
             "ray_data_block_rows": options.ray_data_block_rows,
+            "read_ahead": options.read_ahead,
         },
         "errors": errors,
         "left_behind": left,
@@ -517,10 +530,11 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             found["reference"] = "fastest fixed count"
     if reference is not None:
         found["reference_rates"] = reference
-    if AUTO in full and reference is not None:
-        good = [r for r in raw[AUTO] if "error" not in r]
+    for name in (name for name in AUTOS if name in full):
+        if reference is None:
+            break
         per_round = []
-        for result in good:
+        for result in (r for r in raw[name] if "error" not in r):
             bounds = phase_bounds(result["marks"], options.phase_batches, phases)
             per_round.append(
                 [
@@ -528,8 +542,10 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
                     for k, (start, end) in enumerate(bounds)
                 ]
             )
-        found["adaptation_s"] = [median_of([r[k] for r in per_round]) for k in range(phases)]
-        found["adaptation_rounds"] = per_round
+        found.setdefault("adaptation", {})[name] = {
+            "seconds": [median_of([r[k] for r in per_round]) for k in range(phases)],
+            "rounds": per_round,
+        }
     return found
 
 
@@ -541,10 +557,20 @@ def seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:.1f}"
 
 
+def adaptation(found: dict[str, Any]) -> dict[str, list[float | None]]:
+    """Seconds to reach the reference rate, per phase, of each ``auto`` configuration (a
+    report saved with one ``auto`` alone has them as ``adaptation_s``)."""
+    if "adaptation_s" in found:
+        return {AUTO: found["adaptation_s"]}
+    return {name: entry["seconds"] for name, entry in found.get("adaptation", {}).items()}
+
+
 def report(found: dict[str, Any]) -> None:
     configs = found["configurations"]
+    autos = [name for name in AUTOS if name in configs]
     auto = configs.get(AUTO)
     own = found.get("oracle")
+    reached = adaptation(found)
     rows: list[list[str]] = []
 
     def row(
@@ -563,11 +589,12 @@ def report(found: dict[str, Any]) -> None:
             ]
         )
 
-    if auto:
-        row(AUTO, auto["total_s"], auto["first_batch_s"], auto["worker_s"])
-        if auto.get("actor_s") is not None:
-            name = f"{AUTO} (actors alive: actor-s)"
-            row(name, auto["total_s"], None, auto["actor_s"], compared=False)
+    for name in autos:
+        figures = configs[name]
+        row(name, figures["total_s"], figures["first_batch_s"], figures["worker_s"])
+        if figures.get("actor_s") is not None:
+            label = f"{name} (actors alive: actor-s)"
+            row(label, figures["total_s"], None, figures["actor_s"], compared=False)
     if own:
         picks = ", ".join(
             f"{float(step) * 1000:g} ms: {count}" for step, (count, _) in own["chosen"].items()
@@ -580,10 +607,11 @@ def report(found: dict[str, Any]) -> None:
     if RAY_DATA in configs:
         data = configs[RAY_DATA]
         row(f"{RAY_DATA} (actor-s)", data["total_s"], data["first_batch_s"], data["worker_s"])
+    ahead = found["options"].get("read_ahead")
     print(
         f"\n## One epoch, 3 x {found['options']['phase_batches']} batches, steps "
         f"{' / '.join(f'{s * 1000:g}' for s in STEPS)} ms (median of "
-        f"{found['options']['rounds']})\n"
+        f"{found['options']['rounds']}{f'; read-ahead {ahead}' if ahead else ''})\n"
     )
     header = [
         "configuration",
@@ -606,17 +634,16 @@ def report(found: dict[str, Any]) -> None:
         else:
             cells.append("-")
         cells.append("-" if reference is None else f"{reference[k]:.1f}")
-        if auto:
+        for name in autos:
+            figures = configs[name]
             cells += [
-                f"{auto['phase_rates'][k]:.1f}",
+                f"{figures['phase_rates'][k]:.1f}",
                 "; ".join(
-                    "→".join(map(str, r["counts"][k])) for r in auto["rounds"] if "counts" in r
+                    "→".join(map(str, r["counts"][k])) for r in figures["rounds"] if "counts" in r
                 )
                 or "-",
-                seconds(found["adaptation_s"][k]) if "adaptation_s" in found else "-",
+                seconds(reached[name][k]) if name in reached else "-",
             ]
-        else:
-            cells += ["-", "-", "-"]
         for n in FIXED:
             fixed = configs.get(f"fixed {n}")
             cells.append("-" if fixed is None else f"{fixed['phase_rates'][k]:.1f}")
@@ -638,9 +665,11 @@ def report(found: dict[str, Any]) -> None:
                 "step ms",
                 "oracle: count, batches/s",
                 "reference batches/s",
-                "auto",
-                "auto's counts (per round)",
-                f"auto reaches {REACHED:.0%} after s",
+                *(
+                    column
+                    for name in autos
+                    for column in (name, f"{name}: counts (per round)", f"{name}: 90% after s")
+                ),
                 *(f"fixed {n}" for n in FIXED),
                 RAY_DATA,
                 "Ray Data actors: mean (min-max)",
@@ -653,40 +682,53 @@ def report(found: dict[str, Any]) -> None:
     for name, error in found["errors"].items():
         print(f"FAILED {name}: {error}")
     print(f"Ray processes left behind by the children: {found['left_behind']}")
-    if not auto:
+    if not autos:
         print("verdict: no figures for auto")
         return
     if own and own.get("missing"):
         print(f"the oracle's sweep is incomplete, these runs failed: {', '.join(own['missing'])}")
+    if not own:
+        print("verdict: no oracle run (--skip-oracle): the oracle targets are not judged")
+    for name in autos:
+        verdicts(name, configs[name], own, reached.get(name), found, configs.get(RAY_DATA))
+
+
+def verdicts(
+    name: str,
+    figures: dict[str, Any],
+    own: dict[str, Any] | None,
+    reached: list[float | None] | None,
+    found: dict[str, Any],
+    data: dict[str, Any] | None,
+) -> None:
+    """The targets' verdicts for the ``auto`` configuration ``name``."""
     if own:
-        ratio = auto["total_s"] / own["total_s"]
+        ratio = figures["total_s"] / own["total_s"]
         met = "met" if ratio <= TARGET_TIME else "NOT met"
-        print(f"verdict: auto / oracle, total time {ratio:.2f}x (target <= {TARGET_TIME}x): {met}")
-        ratio = auto["worker_s"] / own["worker_s"]
+        print(
+            f"verdict: {name} / oracle, total time {ratio:.2f}x (target <= {TARGET_TIME}x): {met}"
+        )
+        ratio = figures["worker_s"] / own["worker_s"]
         met = "met" if ratio <= TARGET_WORKER_SECONDS else "NOT met"
         print(
-            f"verdict: auto / oracle, worker-seconds {ratio:.2f}x "
+            f"verdict: {name} / oracle, worker-seconds {ratio:.2f}x "
             f"(target <= {TARGET_WORKER_SECONDS}x): {met}"
         )
-    else:
-        print("verdict: no oracle run (--skip-oracle): the oracle targets are not judged")
-    if "adaptation_s" in found:
-        reached = found["adaptation_s"]
+    if reached is not None:
         quick = all(value is not None and value <= TARGET_ADAPTATION for value in reached)
         print(
-            f"verdict: auto reaches {REACHED:.0%} of the {found['reference']}'s rate after "
+            f"verdict: {name} reaches {REACHED:.0%} of the {found['reference']}'s rate after "
             f"{', '.join(seconds(value) for value in reached)} s "
             f"(target <= {TARGET_ADAPTATION:g} s per phase): {'met' if quick else 'NOT met'}"
         )
-    if RAY_DATA in configs:
-        data = configs[RAY_DATA]
-        faster = auto["total_s"] < data["total_s"]
-        sampled = auto.get("actor_s") is not None
-        ours = auto["actor_s"] if sampled else auto["worker_s"]
+    if data is not None:
+        faster = figures["total_s"] < data["total_s"]
+        sampled = figures.get("actor_s") is not None
+        ours = figures["actor_s"] if sampled else figures["worker_s"]
         measure = "actor-s (actors alive, sampled alike)" if sampled else "worker-s / actor-s"
         cheaper = ours < data["worker_s"]
         print(
-            f"auto against Ray Data: total time {auto['total_s'] / data['total_s']:.2f}x "
+            f"{name} against Ray Data: total time {figures['total_s'] / data['total_s']:.2f}x "
             f"({'ahead' if faster else 'not ahead'}), {measure} "
             f"{ours / data['worker_s']:.2f}x ({'ahead' if cheaper else 'not ahead'})"
         )
@@ -725,12 +767,18 @@ def main() -> None:
         default=BLOCK_ROWS,
         help="rows per block of Ray Data's range (override_num_blocks); 0: Ray Data's default",
     )
+    parser.add_argument(
+        "--read-ahead",
+        default=READ_AHEAD,
+        help=f"bytes of the {AHEAD!r} configuration's read-ahead (such as 64MiB); 0: no such run",
+    )
     parser.add_argument("--skip-ray-data", action="store_true")
     parser.add_argument("--skip-oracle", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--from-json", metavar="FILE", help="print the report of a --json run")
     options = parser.parse_args()
     options.sweep = sorted({int(n) for text in options.sweep for n in text.split(",") if n})
+    options.read_ahead = "" if options.read_ahead in ("", "0") else options.read_ahead
     if options.child:
         workers, steps, phase_batches = options.child
         child(workers, [float(step) for step in steps.split(",")], int(phase_batches))

@@ -151,6 +151,72 @@ def test_an_iterable_dataset_changes_its_actors_only_between_epochs(script: Scri
     assert _nodes(loader) == [False]  # placement="remote_only": off the loop's node
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_actors_idle_between_epochs_end_but_min_workers_and_start_again(
+    script: Script, persistent: bool
+) -> None:
+    """Once an epoch's batches are all handed out, its actors idle past ``idle_timeout_s``
+    end, but ``min_workers``; the next epoch runs the count again, with the same batches."""
+    script([3])
+    loader = _auto(
+        Augmented(120, delay=0.01),
+        persistent_workers=persistent,
+        worker_options={"min_workers": 2, "idle_timeout_s": 0.2},
+    )
+    first = torch.cat(list(loader))
+    assert wait_for(lambda: len(our_actors()) == 2), our_actors()
+    assert loader.stats is not None
+    at, workers, why = loader.stats.workers[-1]
+    assert (workers, why) == (2, "ended 1 idle between epochs")
+    assert [count for _, count, _ in loader.stats.workers][-2:] == [3, 2]
+    iterator = iter(loader)
+    assert wait_for(lambda: len(our_actors()) == 3), our_actors()  # started again
+    second = torch.cat(list(iterator))
+    assert loader.stats.workers[0][1:] == (3, "the count before the epoch's end")
+    assert loader.stats.workers[0][0] > at
+    assert second[:, 0].tolist() == first[:, 0].tolist() == list(range(120))
+    del iterator
+
+
+def test_an_iterable_datasets_idle_actors_end_from_its_last_shard(script: Script) -> None:
+    """Its shards are the worker ids: those that end between epochs are the last ones, and
+    the next epoch's shards are a fixed count's again."""
+    script([])
+    loader = _auto(
+        Sharded(40),
+        batch_size=None,
+        persistent_workers=True,
+        worker_options={"idle_timeout_s": 0.1, "min_workers": 1, "max_workers": 2},
+    )
+    for _ in range(2):
+        epoch = list(loader)
+        assert loader.stats is not None
+        assert loader.stats.workers[0][1] == 2
+        fixed = DataLoaderX(Sharded(40), batch_size=None, num_workers=2, worker_method="thread")
+        assert epoch == list(fixed)
+        assert wait_for(lambda: len(our_actors()) == 1), our_actors()
+        assert "-w0-" in our_actors()[0]
+
+
+def test_idle_actors_stay_as_long_as_one_takes_to_start(script: Script) -> None:
+    """By default the idle time allowed is how long an actor of the loader took to start
+    (the median): what starting one again would cost."""
+    script([2])
+    loader = _auto(Augmented(60, delay=0.01), worker_options={"min_workers": 1})
+    iterator = iter(loader)
+    list(iterator)
+    pool = iterator._pool  # type: ignore[attr-defined]
+    with pool._kept._changed:  # kept: the timer that ends them reads them under this lock
+        group = pool._group
+        starts = [slot.start_seconds or 0.0 for slot in group.slots.values()]
+        assert len(starts) >= 2, starts
+        assert all(starts), starts  # each measured
+        assert min(starts) <= group.start_seconds <= max(starts)
+    assert wait_for(lambda: len(our_actors()) == 1, within=30 + group.start_seconds)
+    assert loader.stats is not None
+    assert loader.stats.workers[-1][1:] == (1, "ended 1 idle between epochs")
+
+
 def _nodes(loader: DataLoaderX[Any]) -> list[bool]:
     """For each actor alive, whether it runs on the loop's node."""
     host = ray.get_runtime_context().get_node_id()
@@ -215,9 +281,11 @@ def test_the_most_actors_are_what_the_cluster_cpus_hold() -> None:
         (2, {"placement": "host_only"}, r"placement='host_only' does not apply .* fixed count"),
         ("auto", {"scheduling_strategy": "SPREAD"}, r"scheduling_strategy='SPREAD' .*'auto'"),
         ("auto", {"placement": "here"}, r"placement.* one of 'host_first', .*got 'here'"),
+        (2, {"idle_timeout_s": 5}, r"idle_timeout_s=5 does not apply .* fixed count: use "),
+        ("auto", {"idle_timeout_s": -1}, r"\['idle_timeout_s'\] must be a number >= 0, got -1"),
     ],
 )
-def test_bad_placement_arguments_name_the_fix(
+def test_bad_elastic_ray_arguments_name_the_fix(
     num_workers: Any, options: dict[str, Any], pattern: str
 ) -> None:
     with pytest.raises(ValueError, match=pattern):

@@ -118,6 +118,20 @@ class KeptWorkers:
             self._kept_at = time.monotonic()
             return True
 
+    def holds(self, workers: Any) -> bool:
+        """Whether ``workers`` are the ones kept now (given back, not taken since)."""
+        with self._changed:
+            return workers is not None and self._kept is workers
+
+    def trim(self, workers: Any, action: Callable[[Any], None]) -> bool:
+        """Run ``action(workers)`` where ``workers`` are the ones kept now, no pool taking
+        them meanwhile; whether it ran."""
+        with self._changed:
+            if workers is None or self._kept is not workers:
+                return False
+            action(workers)
+            return True
+
     def make_room(self) -> bool:
         """Release the workers another loader keeps idle (the longest idle first), so that
         new workers of this loader fit; whether any were released."""
@@ -239,6 +253,11 @@ class WorkerPool(abc.ABC):
     def set_origin(self, epoch: int, first_batch: int) -> None:  # noqa: B027 - a default
         """The epoch about to start is the loader's ``epoch``, resumed after ``first_batch``
         batches: an elastic pool seeds each batch from them. By default nothing."""
+
+    def idle(self, keep: int, ended: Callable[[int, str], None]) -> None:  # noqa: B027
+        """The epoch's tasks are all handed out (or it was left): until the next epoch, an
+        elastic pool may end all but ``keep`` workers, telling ``ended`` how many run then
+        and why. By default nothing."""
 
     @abc.abstractmethod
     def send(self, worker: int, task: int, indices: Any) -> None:

@@ -1,6 +1,7 @@
 """``ElasticWorkersIterator``: ``DataLoader``'s iterator over an elastic pool, which tells the
 loader's :class:`~dataloaderx.workers.elastic.scaling.Scaling` each wait for the pool's next
-batch and each batch handed out, and resizes the pool where the scaling decides to."""
+batch and each batch handed out, resizes the pool where the scaling decides to, and tells
+the pool when it idles until the next epoch."""
 
 from __future__ import annotations
 
@@ -39,13 +40,30 @@ class ElasticWorkersIterator(WorkersIterator):
 
     def _start_epoch(self, first_iter: bool) -> None:
         pool, scaling = self._pool, self._scaling
-        scaling.new_epoch()
         pool.resize(scaling.workers)  # before the epoch: an iterable dataset's count changes there
+        scaling.new_epoch()
         if not first_iter:
             self._epoch = pool.new_epoch()
         pool.set_origin(*self._origin())
         self._schedule = Schedule(pool.scheduled_workers(), self._prefetch_factor, self._in_order)
         self._schedule.limit = self._prefetch_factor * pool.resize(scaling.workers)
+
+    def _next_data(self) -> Any:
+        try:
+            return super()._next_data()
+        except StopIteration:
+            if not self._shutdown:  # persistent workers: the pool stays open, idle
+                self._rest()
+            raise
+
+    def _shutdown_workers(self) -> None:
+        if not self._shutdown:
+            super()._shutdown_workers()
+            self._rest()
+
+    def _rest(self) -> None:
+        """Until the next epoch, the pool may end its workers idle, but ``min_workers``."""
+        self._pool.idle(self._scaling.bounds.min_workers, self._scaling.idled)
 
     def _receive(self) -> Result:
         start = time.perf_counter()

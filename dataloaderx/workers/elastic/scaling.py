@@ -84,10 +84,18 @@ class Scaling:
         """An epoch starts: its first batches (the pool filling, and a window's worth while
         its caches warm) are not measured."""
         with self._lock:
-            self._epoch_start = perf_counter()
+            self._epoch_start = now = perf_counter()
+            if self._history[-1][1] != self._workers:  # workers ended between epochs
+                self._history.append((now, self._workers, "the count before the epoch's end"))
             self._epoch_workers = self._workers
             self._restart(self._workers)
             self._settle += WINDOW_BATCHES
+
+    def idled(self, workers: int, reason: str) -> None:
+        """Between epochs, the pool came to run ``workers`` for ``reason``; the next epoch
+        runs the count again."""
+        with self._lock:
+            self._history.append((perf_counter(), workers, reason))
 
     def waited(self, seconds: float) -> None:
         """The loader waited ``seconds`` for the pool's next batch."""

@@ -7,24 +7,30 @@ worker the schedule names, with its batch's seed
 whatever the count. An actor added starts beside the others (at most as many at once as
 the cluster has CPUs) and takes tasks once it answers; an actor removed takes no more and
 ends once those it has are done (or, lost meanwhile, they are made again by the others).
+Between epochs, actors idle past ``worker_options["idle_timeout_s"]`` (by default as long as
+one takes to start) end, but ``min_workers``; the next epoch starts them again.
 An iterable dataset is sharded by worker id: its actors change only between epochs, each
 then starting afresh as one of the new count.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import ray
 from ray.util import scheduling_strategies
 from torch.utils.data.dataloader import _DatasetKind
 
+from dataloaderx.engine.producer import thread_name
 from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.elastic.seeds import batch_seed
-from dataloaderx.workers.ray.cluster import calls, connect
+from dataloaderx.workers.ray.cluster import RayGone, calls, connect
 from dataloaderx.workers.ray.group import ActorGroup, ActorSlot, SlotState
 from dataloaderx.workers.ray.options import RayOptions, parse_options
 from dataloaderx.workers.ray.pool import Phase, RayWorkers
@@ -64,6 +70,8 @@ class ElasticRay(RayWorkers):
         self._at_once = max(1, int(_cluster_cpus()))
         #: The node of the loop's process: where ``placement`` puts actors first.
         self._host = ray.get_runtime_context().get_node_id()
+        #: The timer that ends idle actors between epochs (``None``: none pending).
+        self._idle: threading.Timer | None = None
         super()._start(name)
 
     # -- the worker contract --------------------------------------------------------------
@@ -78,6 +86,7 @@ class ElasticRay(RayWorkers):
 
     def resize(self, workers: int) -> int:
         with self._lock:
+            self._cancel_idle()
             self._target = workers if self._room is None else min(workers, self._room)
             if self._map and self._phase is Phase.RUNNING:
                 with calls():
@@ -92,6 +101,29 @@ class ElasticRay(RayWorkers):
             return len(_staying(slots)) != self._target or any(
                 slot.state is not SlotState.READY for slot in slots.values()
             )
+
+    def idle(self, keep: int, ended: Callable[[int, str], None]) -> None:
+        with self._lock:
+            self._cancel_idle()
+            group = self._group
+            if len(group.slots) <= keep or (
+                self._phase is Phase.CLOSED and not self._kept.holds(group)
+            ):
+                return
+            after = self._options.idle_timeout_s
+            timer = threading.Timer(
+                group.start_seconds if after is None else after,
+                self._end_idle,
+                args=(keep, ended, self._epoch),
+            )
+            timer.name, timer.daemon = thread_name("idle"), True
+            self._idle = timer
+            timer.start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._cancel_idle()
+        super().close()
 
     # -- the base pool's choices ----------------------------------------------------------
 
@@ -142,6 +174,15 @@ class ElasticRay(RayWorkers):
         super()._cancel_pending()
         self._end_drained()
 
+    def _started(self, worker: int, ping: Any) -> None:
+        with self._lock:
+            slot = self._group.slots.get(worker)
+        super()._started(worker, ping)
+        with self._lock:
+            if slot is not None and slot.place is not None:  # its deadline ran from its start
+                began = slot.deadline - self._options.placement_timeout_s
+                slot.start_seconds = time.monotonic() - began
+
     def _check_started(self) -> None:
         """An actor added that has not started in time gives way where others run: the
         cluster has no room for it."""
@@ -178,6 +219,41 @@ class ElasticRay(RayWorkers):
         self._target = min(self._target, room)
         return True
 
+    # -- idle between epochs --------------------------------------------------------------
+
+    def _cancel_idle(self) -> None:
+        """(Under ``_lock``.) End the idle time: no actor ends for it."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _end_idle(self, keep: int, ended: Callable[[int, str], None], epoch: int) -> None:
+        """(The idle timer's thread.) End all but ``keep`` actors, where no epoch began
+        since the idle time began at ``epoch``: this pool's own, or, once it closed, those
+        it gave back to the loader while no other pool took them."""
+
+        def trim(group: ActorGroup) -> None:
+            # An iterable dataset's shards are the worker ids 0..n-1: the last ones go.
+            order = _leaving_first(group.slots, self._host) if self._map else sorted(group.slots)
+            leaving = order[: max(0, len(group.slots) - keep)] if self._map else order[keep:]
+            for worker in leaving:
+                group.remove(worker)
+            if leaving:
+                ended(len(group.slots), f"ended {len(leaving)} idle between epochs")
+
+        with self._lock:
+            if self._idle is not threading.current_thread():  # cancelled meanwhile
+                return
+            self._idle = None
+            if self._phase is Phase.RUNNING:
+                if self._epoch == epoch:
+                    with contextlib.suppress(RayGone), calls():
+                        trim(self._group)
+                return
+            group = self._group
+        with contextlib.suppress(RayGone), calls():
+            self._kept.trim(group, trim)
+
     # -- resizing (under ``_lock``) -------------------------------------------------------
 
     def _taking(self) -> int:
@@ -206,13 +282,7 @@ class ElasticRay(RayWorkers):
             worker = min(set(range(self._setup.num_workers)) - set(slots))
             staying[worker] = self._group.add(worker)
             self._start_epoch(worker, fresh=True)
-        host = self._host
-
-        def first_to_leave(worker: int) -> tuple[bool, bool, int]:
-            place = staying[worker].place
-            return place is not None, place is not None and place.node_id == host, -worker
-
-        for worker in sorted(staying, key=first_to_leave)[: max(0, len(staying) - self._target)]:
+        for worker in _leaving_first(staying, self._host)[: max(0, len(staying) - self._target)]:
             staying[worker].state = SlotState.LEAVING
         self._end_drained()
 
@@ -234,6 +304,17 @@ def _cluster_cpus() -> float:
 def _staying(slots: dict[int, ActorSlot]) -> dict[int, ActorSlot]:
     """The actors of ``slots`` not asked to leave."""
     return {worker: slot for worker, slot in slots.items() if slot.state is not SlotState.LEAVING}
+
+
+def _leaving_first(slots: dict[int, ActorSlot], host: str) -> list[int]:
+    """The workers of ``slots`` in the order they leave: those not started yet, then those
+    off ``host`` (the loop's node), then the newest."""
+
+    def order(worker: int) -> tuple[bool, bool, int]:
+        place = slots[worker].place
+        return place is not None, place is not None and place.node_id == host, -worker
+
+    return sorted(slots, key=order)
 
 
 def _placement(placement: str, host: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import enum
 import os
+import statistics
 import time
 import uuid
 import weakref
@@ -71,6 +72,8 @@ class ActorSlot:
     ping: Any
     deadline: float
     place: Place | None = None
+    #: How long the actor took to start, once it answered (its pool measures).
+    start_seconds: float | None = None
 
     def __str__(self) -> str:
         where = "not started yet" if self.place is None else f"on {self.place}"
@@ -168,6 +171,13 @@ class ActorGroup:
         except BaseException:
             self.kill()
             raise
+
+    @property
+    def start_seconds(self) -> float:
+        """How long an actor of the group takes to start: the median of those its actors
+        took (0 where none is known)."""
+        known = [slot.start_seconds for slot in self.slots.values() if slot.start_seconds]
+        return statistics.median(known) if known else 0.0
 
     @property
     def num_workers(self) -> int:

@@ -1,6 +1,6 @@
 """``worker_options`` of ``worker_method="ray"``: the actors' Ray options and the loader's
 own (reservation timeout, bounded replacements, the hand-over, a local Ray's
-authentication, an elastic pool's placement)."""
+authentication, an elastic pool's placement and idle timeout)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ HANDOVERS: Final = ("auto", "object_store")
 #: Where an elastic pool (``num_workers="auto"``) places the actors it adds: the loop's
 #: node first, then the others; the loop's node only; the other nodes only.
 PLACEMENTS: Final = ("host_first", "host_only", "remote_only")
-#: The option of a fixed count alone, and the one of ``num_workers="auto"`` alone.
-_FIXED_ONLY, _ELASTIC_ONLY = "scheduling_strategy", "placement"
+#: The options of a fixed count alone, and those of ``num_workers="auto"`` alone.
+_FIXED_ONLY: Final = ("scheduling_strategy",)
+_ELASTIC_ONLY: Final = ("placement", "idle_timeout_s")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class RayOptions:
     start_local_ray_without_authentication: bool = False
     #: One of :data:`PLACEMENTS` (``num_workers="auto"`` only).
     placement: str = "host_first"
+    #: Seconds an elastic pool's actors stay idle between epochs before those beyond
+    #: ``min_workers`` end (``None``: as long as one took to start, the median).
+    idle_timeout_s: float | None = None
 
     def bundle(self) -> dict[str, float]:
         """The resources of one actor, as a placement-group bundle (zeros left out)."""
@@ -96,26 +100,31 @@ _PARSERS: Final[dict[str, Callable[[Any], Any]]] = {
     "max_replacements": lambda value: count("max_replacements", value),
     "handover": lambda value: choice("handover", value, HANDOVERS),
     "placement": lambda value: choice("placement", value, PLACEMENTS),
+    "idle_timeout_s": lambda value: None if value is None else number("idle_timeout_s", value),
     "start_local_ray_without_authentication": lambda value: flag(
         "start_local_ray_without_authentication", value
     ),
+}
+
+#: What to do instead of each option of one kind of count given to the other.
+_FIXES: Final = {
+    "scheduling_strategy": (
+        "worker_options['placement'] places the actors of num_workers='auto' (one of "
+        f"{quoted(PLACEMENTS)})"
+    ),
+    "placement": "use num_workers='auto', or worker_options['scheduling_strategy']",
+    "idle_timeout_s": "use num_workers='auto'; a fixed count keeps its actors between epochs",
 }
 
 
 def parse_options(options: Mapping[str, Any], *, elastic: bool = False) -> RayOptions:
     """The :class:`RayOptions` ``options`` give, for a fixed count of workers or an elastic
     pool; ``ValueError`` names a bad key or value."""
-    other = _FIXED_ONLY if elastic else _ELASTIC_ONLY
+    others = _FIXED_ONLY if elastic else _ELASTIC_ONLY
     own = "num_workers='auto'" if elastic else "a fixed count"
-    if other in options:
-        fix = (
-            "worker_options['placement'] places the actors of num_workers='auto' (one of "
-            f"{quoted(PLACEMENTS)})"
-            if elastic
-            else "use num_workers='auto', or worker_options['scheduling_strategy']"
-        )
+    for other in (key for key in others if key in options):
         raise ValueError(
             f"worker_options {other}={options[other]!r} does not apply to worker_method='ray' "
-            f"with {own}: {fix}; remove {other}"
+            f"with {own}: {_FIXES[other]}; remove {other}"
         )
     return RayOptions(**check_keys("ray", options, _PARSERS))
