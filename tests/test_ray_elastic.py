@@ -178,6 +178,36 @@ def test_actors_idle_between_epochs_end_but_min_workers_and_start_again(
     del iterator
 
 
+def test_a_read_ahead_ends_the_idle_actors_while_the_loop_takes_the_rest(script: Script) -> None:
+    """With a read-ahead that holds the epoch, its batches are all made while the loop has
+    taken 10: the actors end then, and the loop takes the rest from the buffer, the
+    batches of elastic threads; resumed after those 10, the rest is the same again."""
+    script([])
+
+    def loader() -> DataLoaderX[Any]:
+        return _auto(
+            Augmented(200, delay=0.005),
+            worker_options={"min_workers": 1, "idle_timeout_s": 0},
+            backend_options={"depth": 1_000_000, "max_bytes": "64MiB", "adaptive": False},
+        )
+
+    ahead = loader()
+    batches: list[torch.Tensor] = []
+    for batch in ahead:
+        batches.append(batch)
+        if len(batches) == 10:
+            assert wait_for(lambda: len(our_actors()) == 1), our_actors()
+            state = ahead.state_dict()
+    assert ahead.stats is not None
+    assert re.fullmatch(r"ended \d+ idle between epochs", ahead.stats.workers[-1][2])
+    assert ahead.stats.workers[-1][1] == 1
+    whole = torch.cat(batches)
+    assert_same(whole[:, :3], _threads(200))
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert_same(torch.cat(list(resumed))[:, :3], whole[20:, :3])  # 10 batches of 2
+
+
 def test_an_iterable_datasets_idle_actors_end_from_its_last_shard(script: Script) -> None:
     """Its shards are the worker ids: those that end between epochs are the last ones, and
     the next epoch's shards are a fixed count's again."""
