@@ -8,9 +8,11 @@ decisions; the actors and their resizing are the real ones."""
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import re
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,6 +208,27 @@ def test_a_read_ahead_ends_the_idle_actors_while_the_loop_takes_the_rest(script:
     resumed = loader()
     resumed.load_state_dict(state)
     assert_same(torch.cat(list(resumed))[:, :3], whole[20:, :3])  # 10 batches of 2
+
+
+def test_a_loader_let_go_ends_its_idle_actors_and_their_timer_at_once(script: Script) -> None:
+    """The actors kept between epochs wait out a long idle time in a timer thread; the next
+    epoch's taking them cancels it, and so does the loader's end, which ends them too."""
+    script([])
+    loader = _auto(Augmented(40), worker_options={"idle_timeout_s": 600})
+
+    def timers() -> list[threading.Thread]:
+        threads = threading.enumerate()
+        return [each for each in threads if each.name.startswith("dataloaderx-kept")]
+
+    list(loader)
+    assert wait_for(lambda: len(timers()) == 1), timers()
+    list(loader)  # takes the actors kept: the first epoch's timer ends, the second's runs
+    assert wait_for(lambda: len(timers()) == 1), timers()
+    left = timers()
+    assert our_actors()
+    del loader
+    gc.collect()
+    assert wait_for(lambda: not any(each.is_alive() for each in left) and not our_actors())
 
 
 def test_an_iterable_datasets_idle_actors_end_from_its_last_shard(script: Script) -> None:

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from dataloaderx.engine.producer import thread_name
 from dataloaderx.engine.stream import POLL_SECONDS
 
 __all__ = ["KeptWorkers", "Outcome", "Result", "WorkerPool", "WorkerSetup"]
@@ -73,7 +74,8 @@ class KeptWorkers:
     A pool :meth:`take` s the workers kept (or starts its own), and gives them back with
     :meth:`keep` when it closes. While another pool still has them, :meth:`take` waits a
     little: the previous epoch of a loop that left it early is closing. Workers kept idle
-    give way to another loader's new ones that do not fit beside them (:meth:`make_room`).
+    give way to another loader's new ones that do not fit beside them (:meth:`make_room`),
+    and may be trimmed after a while (:meth:`expire`).
     """
 
     def __init__(self) -> None:
@@ -85,6 +87,8 @@ class KeptWorkers:
         #: Pools that took (or started) workers and have not given them back.
         self._out = 0
         self._closed = False
+        #: The timer of :meth:`expire`, while one is due.
+        self._expiry: threading.Timer | None = None
         with _every_lock:
             _every_kept.add(self)
 
@@ -103,6 +107,7 @@ class KeptWorkers:
                     break
                 self._changed.wait(min(left, POLL_SECONDS))
             self._out += 1
+            self._cancel_expiry()
             kept, self._kept, self._release = self._kept, None, None
             return kept
 
@@ -118,19 +123,31 @@ class KeptWorkers:
             self._kept_at = time.monotonic()
             return True
 
-    def holds(self, workers: Any) -> bool:
-        """Whether ``workers`` are the ones kept now (given back, not taken since)."""
-        with self._changed:
-            return workers is not None and self._kept is workers
-
-    def trim(self, workers: Any, action: Callable[[Any], None]) -> bool:
-        """Run ``action(workers)`` where ``workers`` are the ones kept now, no pool taking
-        them meanwhile; whether it ran."""
+    def expire(self, workers: Any, after: float, action: Callable[[Any], None]) -> bool:
+        """Run ``action(workers)`` in a timer thread ``after`` seconds from now, where
+        ``workers`` are still the ones kept then (no pool taking them meanwhile); whether it
+        is due. A :meth:`take`, a release or another :meth:`expire` cancels it first."""
         with self._changed:
             if workers is None or self._kept is not workers:
                 return False
-            action(workers)
+            self._cancel_expiry()
+            timer = threading.Timer(after, self._expired, args=(workers, action))
+            timer.name, timer.daemon = thread_name("kept"), True
+            self._expiry = timer
+            timer.start()
             return True
+
+    def _expired(self, workers: Any, action: Callable[[Any], None]) -> None:
+        with self._changed:
+            if self._expiry is threading.current_thread() and self._kept is workers:
+                self._expiry = None
+                action(workers)
+
+    def _cancel_expiry(self) -> None:
+        """(Under the lock.)"""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
 
     def make_room(self) -> bool:
         """Release the workers another loader keeps idle (the longest idle first), so that
@@ -150,6 +167,7 @@ class KeptWorkers:
     def _release_kept(self, *, closing: bool) -> bool:
         with self._changed:
             self._closed = self._closed or closing
+            self._cancel_expiry()
             kept, release = self._kept, self._release
             self._kept = self._release = None
             self._changed.notify_all()

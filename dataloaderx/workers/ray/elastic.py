@@ -16,6 +16,7 @@ then starting afresh as one of the new count.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import warnings
@@ -106,16 +107,15 @@ class ElasticRay(RayWorkers):
         with self._lock:
             self._cancel_idle()
             group = self._group
-            if len(group.slots) <= keep or (
-                self._phase is Phase.CLOSED and not self._kept.holds(group)
-            ):
+            if len(group.slots) <= keep:
                 return
             after = self._options.idle_timeout_s
-            timer = threading.Timer(
-                group.start_seconds if after is None else after,
-                self._end_idle,
-                args=(keep, ended, self._epoch),
-            )
+            after = group.start_seconds if after is None else after
+            trim = functools.partial(self._trim, keep=keep, ended=ended)
+            if self._phase is Phase.CLOSED:  # the group is the loader's now, if it kept it
+                self._kept.expire(group, after, trim)
+                return
+            timer = threading.Timer(after, self._end_idle, args=(trim, self._epoch))
             timer.name, timer.daemon = thread_name("idle"), True
             self._idle = timer
             timer.start()
@@ -227,32 +227,27 @@ class ElasticRay(RayWorkers):
             self._idle.cancel()
             self._idle = None
 
-    def _end_idle(self, keep: int, ended: Callable[[int, str], None], epoch: int) -> None:
-        """(The idle timer's thread.) End all but ``keep`` actors, where no epoch began
-        since the idle time began at ``epoch``: this pool's own, or, once it closed, those
-        it gave back to the loader while no other pool took them."""
+    def _end_idle(self, trim: Callable[[ActorGroup], None], epoch: int) -> None:
+        """(The idle timer's thread.) ``trim`` the group where the pool is still open, its
+        epoch ``epoch`` left, and the timer was not cancelled meanwhile."""
+        with self._lock:
+            if self._idle is threading.current_thread():
+                self._idle = None
+                if self._phase is Phase.RUNNING and self._epoch == epoch:
+                    trim(self._group)
 
-        def trim(group: ActorGroup) -> None:
-            # An iterable dataset's shards are the worker ids 0..n-1: the last ones go.
-            order = _leaving_first(group.slots, self._host) if self._map else sorted(group.slots)
-            leaving = order[: max(0, len(group.slots) - keep)] if self._map else order[keep:]
+    def _trim(self, group: ActorGroup, keep: int, ended: Callable[[int, str], None]) -> None:
+        """End all but ``keep`` of ``group``'s idle actors (the order they leave in; an
+        iterable dataset's shards are the worker ids, so its last ones) and tell ``ended``."""
+        order = _leaving_first(group.slots, self._host) if self._map else sorted(group.slots)
+        leaving = order[: max(0, len(group.slots) - keep)] if self._map else order[keep:]
+        gone = 0
+        with contextlib.suppress(RayGone), calls():
             for worker in leaving:
                 group.remove(worker)
-            if leaving:
-                ended(len(group.slots), f"ended {len(leaving)} idle between epochs")
-
-        with self._lock:
-            if self._idle is not threading.current_thread():  # cancelled meanwhile
-                return
-            self._idle = None
-            if self._phase is Phase.RUNNING:
-                if self._epoch == epoch:
-                    with contextlib.suppress(RayGone), calls():
-                        trim(self._group)
-                return
-            group = self._group
-        with contextlib.suppress(RayGone), calls():
-            self._kept.trim(group, trim)
+                gone += 1
+        if gone:
+            ended(len(group.slots), f"ended {gone} idle between epochs")
 
     # -- resizing (under ``_lock``) -------------------------------------------------------
 
