@@ -19,8 +19,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from dataloaderx.engine.producer import thread_name
 from dataloaderx.engine.stream import POLL_SECONDS
+from dataloaderx.engine.timer import OneTimer
 
 __all__ = ["KeptWorkers", "Outcome", "Result", "WorkerPool", "WorkerSetup"]
 
@@ -87,8 +87,8 @@ class KeptWorkers:
         #: Pools that took (or started) workers and have not given them back.
         self._out = 0
         self._closed = False
-        #: The timer of :meth:`expire`, while one is due.
-        self._expiry: threading.Timer | None = None
+        #: The action of :meth:`expire`, while one is due.
+        self._expiry = OneTimer("kept")
         with _every_lock:
             _every_kept.add(self)
 
@@ -107,7 +107,7 @@ class KeptWorkers:
                     break
                 self._changed.wait(min(left, POLL_SECONDS))
             self._out += 1
-            self._cancel_expiry()
+            self._expiry.cancel()
             kept, self._kept, self._release = self._kept, None, None
             return kept
 
@@ -130,24 +130,13 @@ class KeptWorkers:
         with self._changed:
             if workers is None or self._kept is not workers:
                 return False
-            self._cancel_expiry()
-            timer = threading.Timer(after, self._expired, args=(workers, action))
-            timer.name, timer.daemon = thread_name("kept"), True
-            self._expiry = timer
-            timer.start()
+            self._expiry.start(after, self._expired, workers, action)
             return True
 
     def _expired(self, workers: Any, action: Callable[[Any], None]) -> None:
         with self._changed:
-            if self._expiry is threading.current_thread() and self._kept is workers:
-                self._expiry = None
+            if self._expiry.claim() and self._kept is workers:
                 action(workers)
-
-    def _cancel_expiry(self) -> None:
-        """(Under the lock.)"""
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
 
     def make_room(self) -> bool:
         """Release the workers another loader keeps idle (the longest idle first), so that
@@ -167,7 +156,7 @@ class KeptWorkers:
     def _release_kept(self, *, closing: bool) -> bool:
         with self._changed:
             self._closed = self._closed or closing
-            self._cancel_expiry()
+            self._expiry.cancel()
             kept, release = self._kept, self._release
             self._kept = self._release = None
             self._changed.notify_all()

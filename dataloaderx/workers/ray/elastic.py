@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import time
 import warnings
 from collections import Counter
@@ -28,7 +27,7 @@ import ray
 from ray.util import scheduling_strategies
 from torch.utils.data.dataloader import _DatasetKind
 
-from dataloaderx.engine.producer import thread_name
+from dataloaderx.engine.timer import OneTimer
 from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.elastic.seeds import batch_seed
 from dataloaderx.workers.ray.cluster import RayGone, calls, connect
@@ -71,8 +70,8 @@ class ElasticRay(RayWorkers):
         self._at_once = max(1, int(_cluster_cpus()))
         #: The node of the loop's process: where ``placement`` puts actors first.
         self._host = ray.get_runtime_context().get_node_id()
-        #: The timer that ends idle actors between epochs (``None``: none pending).
-        self._idle: threading.Timer | None = None
+        #: What ends the idle actors of an open pool between epochs.
+        self._idle = OneTimer("idle")
         super()._start(name)
 
     # -- the worker contract --------------------------------------------------------------
@@ -87,7 +86,7 @@ class ElasticRay(RayWorkers):
 
     def resize(self, workers: int) -> int:
         with self._lock:
-            self._cancel_idle()
+            self._idle.cancel()
             self._target = workers if self._room is None else min(workers, self._room)
             if self._map and self._phase is Phase.RUNNING:
                 with calls():
@@ -105,7 +104,7 @@ class ElasticRay(RayWorkers):
 
     def idle(self, keep: int, ended: Callable[[int, str], None]) -> None:
         with self._lock:
-            self._cancel_idle()
+            self._idle.cancel()
             group = self._group
             if len(group.slots) <= keep:
                 return
@@ -115,14 +114,11 @@ class ElasticRay(RayWorkers):
             if self._phase is Phase.CLOSED:  # the group is the loader's now, if it kept it
                 self._kept.expire(group, after, trim)
                 return
-            timer = threading.Timer(after, self._end_idle, args=(trim, self._epoch))
-            timer.name, timer.daemon = thread_name("idle"), True
-            self._idle = timer
-            timer.start()
+            self._idle.start(after, self._end_idle, trim, self._epoch)
 
     def close(self) -> None:
         with self._lock:
-            self._cancel_idle()
+            self._idle.cancel()
         super().close()
 
     # -- the base pool's choices ----------------------------------------------------------
@@ -221,26 +217,19 @@ class ElasticRay(RayWorkers):
 
     # -- idle between epochs --------------------------------------------------------------
 
-    def _cancel_idle(self) -> None:
-        """(Under ``_lock``.) End the idle time: no actor ends for it."""
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-
     def _end_idle(self, trim: Callable[[ActorGroup], None], epoch: int) -> None:
         """(The idle timer's thread.) ``trim`` the group where the pool is still open, its
         epoch ``epoch`` left, and the timer was not cancelled meanwhile."""
         with self._lock:
-            if self._idle is threading.current_thread():
-                self._idle = None
-                if self._phase is Phase.RUNNING and self._epoch == epoch:
-                    trim(self._group)
+            if self._idle.claim() and self._phase is Phase.RUNNING and self._epoch == epoch:
+                trim(self._group)
 
     def _trim(self, group: ActorGroup, keep: int, ended: Callable[[int, str], None]) -> None:
         """End all but ``keep`` of ``group``'s idle actors (the order they leave in; an
         iterable dataset's shards are the worker ids, so its last ones) and tell ``ended``."""
-        order = _leaving_first(group.slots, self._host) if self._map else sorted(group.slots)
-        leaving = order[: max(0, len(group.slots) - keep)] if self._map else order[keep:]
+        slots = group.slots
+        order = _leaving_first(slots, self._host) if self._map else sorted(slots, reverse=True)
+        leaving = order[: max(0, len(order) - keep)]
         gone = 0
         with contextlib.suppress(RayGone), calls():
             for worker in leaving:
