@@ -178,8 +178,9 @@ settings.load_profile("dataloaderx")
 @pytest.fixture
 def script(monkeypatch: pytest.MonkeyPatch) -> Script:
     """Forced schedules for elastic pools: every window decides the next count of a script
-    (then no change), in place of the policy (``ScalePolicy.observe``); returns the counts
-    each window ran at, as they come. The pool and its resizing are the real ones."""
+    (then no change), in place of the policy (``ScalePolicy.observe``, and no start from the
+    first batches' CPU share); returns the counts each window ran at, as they come. The pool
+    and its resizing are the real ones."""
     monkeypatch.setattr(scaling_module, "WINDOW_SECONDS", 0.0)
     monkeypatch.setattr(scaling_module, "WINDOW_BATCHES", 1)
 
@@ -193,6 +194,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> Script:
             return None if count is None else Change(count, f"scripted: {count}")
 
         monkeypatch.setattr(ScalePolicy, "observe", observe)
+        monkeypatch.setattr(ScalePolicy, "start", lambda *_: None)
         return ran
 
     return install

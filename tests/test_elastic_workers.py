@@ -7,6 +7,7 @@ are the real ones. The policy itself is tested apart, on windows."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -19,9 +20,11 @@ from dataloaderx import DataLoaderX
 from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.elastic import scaling as scaling_module
 from dataloaderx.workers.elastic.bounds import AutoWorkers, Bounds
+from dataloaderx.workers.elastic.cpu_share import CpuShare
 from dataloaderx.workers.elastic.policy import (
     CLOSED_WINDOWS,
     GAIN,
+    GIL_CORES,
     GROWTH,
     PROBATION,
     Change,
@@ -579,6 +582,82 @@ def test_scaling_measures_windows_after_the_batches_on_their_way(
     # A pool that runs fewer than asked, and is no longer resizing, had no room for more.
     assert scaling.handed_out(3, resizing=False) == 3
     assert scaling.history()[-1][1:] == (3, "ran 3: no room for more")
+
+
+@pytest.mark.parametrize(
+    ("share", "bounds", "started"),
+    [(0.01, (1, 8), 8), (0.0, (1, 8), 8), (0.2, (1, 16), 10), (0.25, (1, 16), 8), (0.1, (1, 5), 5)],
+)
+def test_the_first_batches_cpu_share_starts_the_count_that_keeps_the_cores_busy(
+    share: float, bounds: tuple[int, int], started: int
+) -> None:
+    change = ScalePolicy(*bounds).start(2, share)
+    assert change == Change(
+        started, f"started {started}: the first batches spent {share:.0%} of their time on CPU"
+    )
+
+
+@pytest.mark.parametrize("share", [1.0, 0.9, 0.5, 0.3])
+def test_threads_that_keep_the_cores_or_the_gil_busy_start_no_more(share: float) -> None:
+    # 2 threads that each spent half their time on CPU kept one core busy: as threads that
+    # take turns with the GIL do, which more would not speed up.
+    assert 2 * share > GIL_CORES
+    assert ScalePolicy(1, 16).start(2, share) is None
+
+
+def test_the_cpu_share_times_the_first_batches_only() -> None:
+    measured = CpuShare(3)
+    assert measured.share is None
+    for _ in range(3):
+        assert measured.timed(lambda: time.sleep(0.02) or 5) == 5
+    waited = measured.share
+    assert waited is not None
+    assert waited < 0.3  # a sleep spends next to no CPU
+    deadline = time.thread_time() + 0.05
+    measured.timed(lambda: _spin_until(deadline))  # not timed: the share stays
+    assert measured.share == waited
+
+
+def _spin_until(deadline: float) -> None:
+    while time.thread_time() < deadline:
+        pass
+
+
+def test_the_pool_is_sized_from_its_first_batches_once_per_loader() -> None:
+    scaling = scaling_module.Scaling(Bounds(1, 8, 2))
+    assert scaling.sizing
+    assert scaling.size(0.1) == 8
+    assert not scaling.sizing
+    assert scaling.size(0.1) is None
+    assert scaling.history()[-1][1:] == (
+        8,
+        "started 8: the first batches spent 10% of their time on CPU",
+    )
+    resumed = scaling_module.Scaling(Bounds(1, 8, 2))
+    resumed.resume_with(3)  # the count of the epoch resumed, not the first batches'
+    assert resumed.size(0.1) is None
+    assert resumed.workers == 3
+
+
+def test_items_that_wait_start_the_most_threads_where_the_loop_never_waits() -> None:
+    # Two threads make batches faster than the loop takes them, so the loop's wait alone
+    # never grows the pool: only the first batches' CPU share does.
+    loader = _auto(
+        Augmented(160, delay=0.002),
+        batch_size=4,
+        worker_options={"min_workers": 2, "max_workers": 6},
+    )
+    loader._scaling = scaling_module.Scaling(Bounds(2, 6, 2))  # the start of 2 cores
+    batches = []
+    for batch in loader:
+        batches.append(batch)
+        time.sleep(0.03)
+    assert loader.stats is not None
+    started = [(workers, why) for _, workers, why in loader.stats.workers][:2]
+    assert started[0] == (2, "the cores this process may use")
+    assert started[1][0] == 6
+    assert started[1][1].startswith("started 6: the first batches spent ")
+    assert torch.cat(batches)[:, 0].tolist() == list(range(160))  # in order, each once
 
 
 def test_an_iterable_epoch_resumes_with_the_count_it_ran(script: Script) -> None:

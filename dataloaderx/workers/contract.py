@@ -257,6 +257,12 @@ class WorkerPool(abc.ABC):
         epoch): the loader does not measure its rate meanwhile. By default not."""
         return False
 
+    def cpu_share(self) -> float | None:
+        """The share of their time an elastic pool's first batches spent on the CPU in their
+        workers' own threads, once measured: the loader sizes the pool from it once. By
+        default not measured (``None``)."""
+        return None
+
     def set_origin(self, epoch: int, first_batch: int) -> None:  # noqa: B027 - a default
         """The epoch about to start is the loader's ``epoch``, resumed after ``first_batch``
         batches: an elastic pool seeds each batch from them. By default nothing."""

@@ -36,6 +36,8 @@ class ElasticWorkersIterator(WorkersIterator):
     ) -> None:
         self._scaling = scaling
         self._origin = origin
+        #: Whether the pool's first batches are still to size it (the loader's first epoch).
+        self._sizing = scaling.sizing
         super().__init__(loader, pool_class, options, kept, workers=scaling.workers)
 
     def _start_epoch(self, first_iter: bool) -> None:
@@ -53,17 +55,18 @@ class ElasticWorkersIterator(WorkersIterator):
             return super()._next_data()
         except StopIteration:
             if not self._shutdown:  # persistent workers: the pool stays open, idle
-                self._rest()
+                self._rest(self._scaling.bounds.min_workers)
             raise
 
     def _shutdown_workers(self) -> None:
         if not self._shutdown:
             super()._shutdown_workers()
-            self._rest()
+            self._rest(0)
 
-    def _rest(self) -> None:
-        """Until the next epoch, the pool may end its workers idle, but ``min_workers``."""
-        self._pool.idle(self._scaling.bounds.min_workers, self._scaling.idled)
+    def _rest(self, keep: int) -> None:
+        """Until the next epoch, the pool may end its workers idle, but ``keep``: an open
+        pool's ``min_workers``, none of a closed one's (workers not persistent)."""
+        self._pool.idle(keep, self._scaling.idled)
 
     def _receive(self) -> Result:
         start = time.perf_counter()
@@ -76,6 +79,11 @@ class ElasticWorkersIterator(WorkersIterator):
         pool, scaling = self._pool, self._scaling
         running = pool.resize(scaling.workers)
         workers = scaling.handed_out(running, pool.resizing())
+        if self._sizing and workers is None:
+            share = pool.cpu_share()
+            if share is not None:
+                self._sizing = False
+                workers = scaling.size(share)
         if workers is not None:
             running = pool.resize(workers)
         self._schedule.limit = self._prefetch_factor * running

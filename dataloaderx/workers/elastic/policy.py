@@ -13,6 +13,7 @@ from typing import NamedTuple
 __all__ = [
     "CLOSED_WINDOWS",
     "GAIN",
+    "GIL_CORES",
     "GROWTH",
     "LOSS",
     "PHASE_CHANGE",
@@ -36,6 +37,9 @@ GAIN, LOSS = 0.07, 0.03
 #: the one measured when the direction was closed, or a wait ``PHASE_CHANGE`` (of the
 #: window's time) away, in ``PHASE_WINDOWS`` windows in a row.
 CLOSED_WINDOWS, PHASE_CHANGE, PHASE_WINDOWS = 60, 0.25, 3
+#: The first batches size the pool only where its threads together kept at most this many
+#: cores busy: threads that wait for the GIL keep about one busy, the one that holds it.
+GIL_CORES = 0.5
 #: A try of more workers asks for at most ``GROWTH`` times as many.
 GROWTH = 4
 #: Fewer workers, kept where the loader did not wait, are still on trial for this many
@@ -144,6 +148,20 @@ class ScalePolicy:
         #: Fewer workers kept, by the count they came from, and the windows each stays
         #: answerable for: more kept up to that count within them fail it after all.
         self._shrinks: dict[int, tuple[_Try, int]] = {}
+
+    def start(self, workers: int, share: float) -> Change | None:
+        """The pool's first batches, at ``workers`` (the cores), spent ``share`` of their
+        time on the CPU: the count that keeps the cores busy, where it is more and the
+        threads did not wait for the GIL; ``None`` otherwise."""
+        if workers * share > GIL_CORES:
+            return None
+        wanted = self.max_workers if share <= 0 else round(workers / share)
+        target = min(self.max_workers, max(self.min_workers, wanted))
+        if target <= workers:
+            return None
+        return Change(
+            target, f"started {target}: the first batches spent {share:.0%} of their time on CPU"
+        )
 
     def observe(self, window: Window) -> Change | None:
         """Account for ``window``; the change to make now, or ``None``."""

@@ -52,6 +52,8 @@ class Scaling:
         self._start: float | None = None
         self._batches = 0
         self._wait = 0.0
+        #: Whether the pool's first batches sized it (:meth:`size`), or a resume did.
+        self._sized = False
 
     @property
     def workers(self) -> int:
@@ -70,6 +72,7 @@ class Scaling:
         with self._lock:
             bounds = self.bounds
             workers = min(bounds.max_workers, max(bounds.min_workers, workers))
+            self._sized = True
             if workers != self._workers:
                 self._resize(workers, "the count of the epoch resumed", perf_counter())
 
@@ -79,6 +82,23 @@ class Scaling:
             since, history = self._epoch_start, list(self._history)
         first = max((k for k, (at, _, _) in enumerate(history) if at <= since), default=0)
         return tuple(history[first:])
+
+    @property
+    def sizing(self) -> bool:
+        """Whether the pool's first batches are still to size it (:meth:`size`)."""
+        with self._lock:
+            return not self._sized
+
+    def size(self, share: float) -> int | None:
+        """The pool's first batches spent ``share`` of their time on the CPU: the new count
+        where the policy starts more workers from it (once for the loader), else ``None``."""
+        now = perf_counter()
+        with self._lock:
+            if self._sized:
+                return None
+            self._sized = True
+            change = self._policy.start(self._workers, share)
+            return None if change is None else self._resize(change.workers, change.reason, now)
 
     def new_epoch(self) -> None:
         """An epoch starts: its first batches (the pool filling, and a window's worth while

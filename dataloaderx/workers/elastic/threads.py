@@ -13,6 +13,7 @@ threads (a fresh start for each, as a worker process's).
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from typing import Any, Final
@@ -22,6 +23,7 @@ from torch.utils.data.dataloader import _DatasetKind
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.contract import Outcome, Result, WorkerPool
+from dataloaderx.workers.elastic.cpu_share import CpuShare
 from dataloaderx.workers.elastic.seeds import batch_seed
 from dataloaderx.workers.info import set_thread_info, worker_info
 from dataloaderx.workers.pool import join_threads, thread_core, where
@@ -100,6 +102,8 @@ class ElasticThreads(WorkerPool):
         self._inboxes: list[queue.SimpleQueue[_Task | str]] = []
         #: The iterator's: the loader's epoch and the batches before the first task.
         self._origin = (0, 0)
+        #: The first batches' CPU share: two per thread the pool starts with.
+        self._cpu = CpuShare(2 * self._workers)
         with self._lock:
             self._start_threads(self._workers)
 
@@ -119,6 +123,9 @@ class ElasticThreads(WorkerPool):
 
     def set_origin(self, epoch: int, first_batch: int) -> None:
         self._origin = (epoch, first_batch)
+
+    def cpu_share(self) -> float | None:
+        return self._cpu.share
 
     def resize(self, workers: int) -> int:
         with self._lock:
@@ -232,7 +239,7 @@ class ElasticThreads(WorkerPool):
             if epoch != started:  # a new fetcher, as a worker process makes
                 core.start_epoch(setup.base_seed, fresh=False)
                 started = epoch
-            outcome, payload = core.run(indices, where(thread))
+            outcome, payload = self._cpu.timed(functools.partial(core.run, indices, where(thread)))
             self._results.put(Result(epoch, number, worker, outcome, payload))
             del payload
             if outcome is Outcome.FATAL:

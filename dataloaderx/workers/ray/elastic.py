@@ -8,7 +8,8 @@ whatever the count. An actor added starts beside the others (at most as many at 
 the cluster has CPUs) and takes tasks once it answers; an actor removed takes no more and
 ends once those it has are done (or, lost meanwhile, they are made again by the others).
 Between epochs, actors idle past ``worker_options["idle_timeout_s"]`` (by default as long as
-one takes to start) end, but ``min_workers``; the next epoch starts them again.
+one takes to start) end, but ``min_workers`` of an open pool (persistent workers); the next
+epoch starts them again.
 An iterable dataset is sharded by worker id: its actors change only between epochs, each
 then starting afresh as one of the new count.
 """
