@@ -660,6 +660,32 @@ def test_items_that_wait_start_the_most_threads_where_the_loop_never_waits() -> 
     assert torch.cat(batches)[:, 0].tolist() == list(range(160))  # in order, each once
 
 
+class _SlowShards(Sharded):
+    """:class:`Sharded`, each item a 2 ms sleep (storage)."""
+
+    def __iter__(self) -> Iterator[int]:
+        for item in super().__iter__():
+            time.sleep(0.002)
+            yield item
+
+
+def test_an_iterable_dataset_runs_the_started_count_from_the_next_epoch() -> None:
+    loader = _auto(
+        _SlowShards(120), batch_size=None, worker_options={"min_workers": 2, "max_workers": 6}
+    )
+    loader._scaling = scaling_module.Scaling(Bounds(2, 6, 2))  # the start of 2 cores
+    first = list(loader)
+    assert loader.stats is not None
+    assert [workers for _, workers, _ in loader.stats.workers] == [2, 6]
+    assert loader.stats.workers[1][2].startswith("started 6: ")
+    fixed = DataLoaderX(Sharded(120), batch_size=None, num_workers=2, worker_method="thread")
+    assert first == list(fixed)  # the epoch ran the shards of 2 workers
+    second = list(loader)
+    assert loader.stats.workers[0][1] == 6
+    six = DataLoaderX(Sharded(120), batch_size=None, num_workers=6, worker_method="thread")
+    assert second == list(six)
+
+
 def test_an_iterable_epoch_resumes_with_the_count_it_ran(script: Script) -> None:
     script([3, 3, 3])  # the count becomes 3 from the second epoch on
     loader = _auto(Sharded(60), batch_size=None)
