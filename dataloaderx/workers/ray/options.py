@@ -50,8 +50,8 @@ class RayOptions:
     start_local_ray_without_authentication: bool = False
     #: One of :data:`PLACEMENTS` (``num_workers="auto"`` only).
     placement: str = "host_first"
-    #: Seconds an elastic pool's actors stay idle between epochs before those beyond
-    #: ``min_workers`` end (``None``: as long as one took to start, the median).
+    #: Seconds an elastic pool's actors stay idle between epochs before they end
+    #: (``None``: as long as one took to start, the median).
     idle_timeout_s: float | None = None
 
     def bundle(self) -> dict[str, float]:
