@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from dataloaderx.contracts.backend import Backend
-from dataloaderx.epoch.feed import Feed
 from dataloaderx.epoch.iterator import PrefetchIterator
+from dataloaderx.epoch.previous import PreviousEpoch
 from dataloaderx.epoch.stats import EpochStats, LoaderStats
 from dataloaderx.frameworks.ray_train import warn_if_replaced
 from dataloaderx.options import BackendSpec, resolve_backend
@@ -120,8 +120,8 @@ class DataLoaderX(DataLoader[T_co]):
         self._stats = EpochStats(common.stats)
         self.backend = backend
         self.backend_options = backend_options
-        self._previous_epoch: weakref.ref[PrefetchIterator[T_co]] | None = None
-        self._previous_source: Feed[Any] | None = None
+        #: With persistent workers, the epoch the next one ends first.
+        self._previous = PreviousEpoch()
         self._resume = ResumeTracker()
         super().__init__(
             dataset,
@@ -178,15 +178,8 @@ class DataLoaderX(DataLoader[T_co]):
 
     def __iter__(self) -> PrefetchIterator[T_co]:  # type: ignore[override]
         reuses_workers = self.persistent_workers and self.num_workers > 0
-        if reuses_workers:
-            # Stop the previous epoch's producer and wait until it no longer uses the
-            # persistent-worker iterator, which ``super().__iter__()`` is about to reset.
-            previous = None if self._previous_epoch is None else self._previous_epoch()
-            if previous is not None:
-                previous.close()
-            if self._previous_source is not None:
-                self._previous_source.close(timeout=None)
-            self._previous_epoch = self._previous_source = None
+        if reuses_workers:  # ``super().__iter__()`` resets their iterator
+            self._previous.end()
         resumed = self._resume.pending_workers()
         if resumed is not None and self._scaling is not None:
             self._scaling.resume_with(resumed)
@@ -204,8 +197,7 @@ class DataLoaderX(DataLoader[T_co]):
             num_workers=self.num_workers,
         )
         if reuses_workers:
-            self._previous_epoch = weakref.ref(iterator)
-            self._previous_source = iterator.source
+            self._previous.remember(iterator)
         return iterator
 
     def _get_iterator(self) -> Any:
