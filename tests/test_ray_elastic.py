@@ -2,9 +2,10 @@
 cluster (a head with 4 CPUs, where the loop runs, and two worker nodes with 2 CPUs): the
 batches of elastic worker threads whatever the count did, each batch's generators its own,
 iterable datasets resized between epochs, exact resume across a resize, shrunk actors
-ended, a lost actor during a shrink, leaving mid-resize, placement on the loop's node
-first, and the arguments' checks. Forced schedules (``script``) replace the policy's
-decisions; the actors and their resizing are the real ones."""
+ended, a lost actor during a shrink, leaving mid-resize (a break, an error, a close),
+placement on the loop's node first, and the arguments' checks. Forced schedules
+(``script``) replace the policy's decisions; the actors and their resizing are the real
+ones."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import re
 import threading
 import warnings
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,40 @@ def test_resume_across_a_resize_is_exact_with_the_processs_generators(script: Sc
     loader.load_state_dict(state)  # on the actors the loader kept
     assert_same(values(taken + list(loader)), whole)
     assert len(set(whole[:, 3].tolist())) == len(whole)  # each item draws anew
+
+
+def _states(iterator: Any) -> set[SlotState]:
+    """The states of the actors of ``iterator``'s pool now."""
+    pool: ElasticRay = iterator._inner._pool
+    with pool._lock:
+        return {slot.state for slot in pool._group.slots.values()}
+
+
+@pytest.mark.parametrize("moment", [SlotState.STARTING, SlotState.LEAVING])
+@pytest.mark.parametrize("how", ["break", "error", "close"])
+def test_leaving_during_a_resize_ends_every_actor(
+    script: Script, how: str, moment: SlotState
+) -> None:
+    """The loop leaves (a ``break``, an exception, ``close()``) while an actor added starts,
+    or while one removed still has tasks on hand: every actor and thread of the pool ends
+    (the fixture checks), the loader's kept ones once it is let go."""
+    script([1, 3] * 40)
+    loader = _auto(Augmented(4000, delay=0.05), persistent_workers=how == "close")
+    iterator = iter(loader)
+    left_at: set[SlotState] = set()
+    with pytest.raises(RuntimeError, match="left") if how == "error" else nullcontext():
+        for _ in iterator:
+            states = _states(iterator)
+            if moment not in states:
+                continue
+            left_at = states
+            if how == "close":
+                iterator.close()
+            elif how == "error":
+                raise RuntimeError("left")
+            break
+    assert moment in left_at, "the loop never saw the pool mid-resize"
+    del iterator, loader
 
 
 def test_an_iterable_dataset_changes_its_actors_only_between_epochs(script: Script) -> None:

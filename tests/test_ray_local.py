@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 #: Hang bounds, not speed bounds: a Ray takes seconds to start or stop on a loaded machine.
 EXIT_SECONDS = 60.0
 LEFT_SECONDS = 20.0
+#: How long a script's elastic workers may take to change their count (a hang bound).
+RESIZE_SECONDS = 120.0
 #: Ctrl-C rounds, each at a random moment of a new script's life.
 ROUNDS = 2
 
@@ -111,15 +113,23 @@ def test_a_local_ray_without_authentication_starts_only_when_asked_for() -> None
     assert "listening on the loopback address only" in warned
 
 
-def _start(backend: str) -> subprocess.Popen[str]:
+def _start(backend: str, workers: str = "2") -> subprocess.Popen[str]:
     return subprocess.Popen(
-        scenario_command("ray_training.py", backend),
+        scenario_command("ray_training.py", backend, workers),
         env=scenario_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
+
+
+def _ready_to_kill(line: str, elastic: bool) -> bool:
+    """Whether the script's ``line`` says it takes batches, or, for elastic workers, that an
+    epoch ran more than one count."""
+    if not elastic:
+        return line.startswith("batches")
+    return line.startswith("workers") and len(set(line.split()[1:])) > 1
 
 
 def _own_files(pid: int) -> list[str]:
@@ -131,14 +141,16 @@ def _assert_nothing_left(pid: int) -> None:
     assert wait_for(lambda: not _own_files(pid), within=LEFT_SECONDS), _own_files(pid)
 
 
-def test_ctrl_c_at_any_moment_ends_the_script_with_keyboard_interrupt() -> None:
+@pytest.mark.parametrize("workers", ["2", "auto"])
+def test_ctrl_c_at_any_moment_ends_the_script_with_keyboard_interrupt(workers: str) -> None:
     # A terminal's Ctrl-C reaches the whole process group (the script and its Ray) at a
-    # random moment: while Ray starts, while actors start, mid-epoch, between epochs.
+    # random moment: while Ray starts, while actors start, mid-epoch, between epochs; with
+    # elastic workers, while actors are added or leave too.
     rng = random.Random()
     for round_ in range(ROUNDS):
         backend = rng.choice(["sync", "thread"])
         delay = rng.uniform(0.0, 12.0)
-        process = _start(backend)
+        process = _start(backend, workers)
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "started"
         time.sleep(delay)
@@ -156,12 +168,16 @@ def test_ctrl_c_at_any_moment_ends_the_script_with_keyboard_interrupt() -> None:
         _assert_nothing_left(process.pid)
 
 
-def test_a_killed_script_leaves_no_ray_process_and_no_shared_memory_file() -> None:
-    # As DataLoader's worker processes die with their parent.
-    process = _start("thread")
+@pytest.mark.parametrize("workers", ["2", "auto"])
+def test_a_killed_script_leaves_no_ray_process_and_no_shared_memory_file(workers: str) -> None:
+    # As DataLoader's worker processes die with their parent; elastic ones once they have
+    # resized, while the script goes on resizing.
+    process = _start("thread", workers)
     assert process.stdout is not None
-    while not process.stdout.readline().startswith("batches"):
+    deadline = time.monotonic() + RESIZE_SECONDS
+    while not _ready_to_kill(process.stdout.readline(), elastic=workers == "auto"):
         assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, f"no resize within {RESIZE_SECONDS} s"
     # Batches wait for the loop in shared memory most of the time, if not at every moment
     # on a loaded machine (the end of an epoch, actors slower than the loop's step).
     assert wait_for(lambda: _own_files(process.pid), within=30), "no batch in shared memory"
