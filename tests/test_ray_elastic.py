@@ -148,8 +148,12 @@ def test_leaving_during_a_resize_ends_every_actor(
     """The loop leaves (a ``break``, an exception, ``close()``) while an actor added starts,
     or while one removed still has tasks on hand: every actor and thread of the pool ends
     (the fixture checks), the loader's kept ones once it is let go."""
-    script([1, 3] * 40)
-    loader = _auto(Augmented(4000, delay=0.05), persistent_workers=how == "close")
+    # Each change makes the moment at once (from the start count, 2 here); the loop may
+    # miss one: an actor leaving lasts as long as its tasks (four, 0.1 s each) take.
+    script([3, 1] * 40 if moment is SlotState.STARTING else [1, 3] * 40)
+    loader = _auto(
+        Augmented(4000, delay=0.05), persistent_workers=how == "close", prefetch_factor=4
+    )
     iterator = iter(loader)
     left_at: set[SlotState] = set()
     with pytest.raises(RuntimeError, match="left") if how == "error" else nullcontext():
