@@ -107,7 +107,9 @@ CHILD_TIMEOUT = 1800.0
 START_SECONDS = 600.0
 AUTO, ORACLE, RAY_DATA = "auto", "oracle", "Ray Data"
 #: ``auto`` with a read-ahead: the prefetch buffer bounded by bytes alone (its depth,
-#: :data:`AHEAD_DEPTH` batches, never binds), made while the loop trains.
+#: :data:`AHEAD_DEPTH` batches, never binds), made while the loop trains; its actors end as
+#: soon as the epoch's last batch is made (``idle_timeout_s=0``: the loop trains on what
+#: the buffer holds for longer than an actor takes to start).
 AHEAD = "auto, read-ahead"
 READ_AHEAD = "64MiB"
 AHEAD_DEPTH = 1_000_000
@@ -197,6 +199,8 @@ def run_loader(workers: str, steps: Sequence[float], phase_batches: int) -> dict
     if count == AUTO:
         options.update(min_workers=MIN_WORKERS, max_workers=MAX_WORKERS)
     buffer = {"depth": AHEAD_DEPTH, "max_bytes": ahead, "adaptive": False} if ahead else {}
+    if ahead:
+        options["idle_timeout_s"] = 0
     with ActorSampler("RayWorker") as sampler:
         begin = perf_counter()
         loader = DataLoaderX(
