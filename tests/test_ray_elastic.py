@@ -133,6 +133,16 @@ def test_resume_across_a_resize_is_exact_with_the_processs_generators(script: Sc
     assert len(set(whole[:, 3].tolist())) == len(whole)  # each item draws anew
 
 
+def _ended(loader: DataLoaderX[Any]) -> bool:
+    """Whether the loader's latest change of count ended idle actors: the thread that ends
+    them records it once it has told them to end, which Ray may show first."""
+    stats = loader.stats
+    return (
+        stats is not None
+        and re.fullmatch(r"ended \d+ idle between epochs", stats.workers[-1][2]) is not None
+    )
+
+
 def _states(iterator: Any) -> set[SlotState]:
     """The states of the actors of ``iterator``'s pool now."""
     pool: ElasticRay = iterator._inner._pool
@@ -207,6 +217,7 @@ def test_actors_idle_between_epochs_end_and_start_again(
         worker_options={"min_workers": 2, "idle_timeout_s": 0.2},
     )
     first = torch.cat(list(loader))
+    assert wait_for(lambda: _ended(loader)), loader.stats
     assert wait_for(lambda: len(our_actors()) == kept), our_actors()
     assert loader.stats is not None
     at, workers, why = loader.stats.workers[-1]
@@ -306,7 +317,8 @@ def test_idle_actors_stay_as_long_as_one_takes_to_start(script: Script) -> None:
         assert len(starts) >= 2, starts
         assert all(starts), starts  # each measured
         assert min(starts) <= group.start_seconds <= max(starts)
-    assert wait_for(lambda: not our_actors(), within=30 + group.start_seconds)
+    assert wait_for(lambda: _ended(loader), within=30 + group.start_seconds), loader.stats
+    assert wait_for(lambda: not our_actors()), our_actors()
     assert loader.stats is not None
     assert loader.stats.workers[-1][1:] == (0, f"ended {len(starts)} idle between epochs")
 
