@@ -253,7 +253,7 @@ def test_a_read_ahead_ends_the_idle_actors_while_the_loop_takes_the_rest(script:
             assert wait_for(lambda: not our_actors()), our_actors()
             state = ahead.state_dict()
     assert ahead.stats is not None
-    assert re.fullmatch(r"ended \d+ idle between epochs", ahead.stats.workers[-1][2])
+    assert _ended(ahead)
     assert ahead.stats.workers[-1][1] == 0
     whole = torch.cat(batches)
     assert_same(whole[:, :3], _threads(200))

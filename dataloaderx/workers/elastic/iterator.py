@@ -36,8 +36,6 @@ class ElasticWorkersIterator(WorkersIterator):
     ) -> None:
         self._scaling = scaling
         self._origin = origin
-        #: Whether the pool's first batches are still to size it (the loader's first epoch).
-        self._sizing = scaling.sizing
         super().__init__(loader, pool_class, options, kept, workers=scaling.workers)
 
     def _start_epoch(self, first_iter: bool) -> None:
@@ -79,10 +77,9 @@ class ElasticWorkersIterator(WorkersIterator):
         pool, scaling = self._pool, self._scaling
         running = pool.resize(scaling.workers)
         workers = scaling.handed_out(running, pool.resizing())
-        if self._sizing and workers is None:
+        if workers is None and scaling.sizing:
             share = pool.cpu_share()
             if share is not None:
-                self._sizing = False
                 workers = scaling.size(share)
         if workers is not None:
             running = pool.resize(workers)
