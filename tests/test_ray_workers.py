@@ -212,6 +212,27 @@ def test_worker_init_fn_worker_info_and_threads_in_an_actor(persistent: bool) ->
     assert get_worker_info() is None
 
 
+def test_the_task_table_lists_each_actors_epoch_starts_and_no_batch() -> None:
+    """Ray records task events for an actor's other calls, none for its task per batch."""
+    from ray._private import state
+
+    loader = DataLoaderX(RangeDataset(16), batch_size=2, num_workers=2, **RAY)
+    for _epoch in range(2):
+        assert len(list(loader)) == 8
+    handles = [ray.get_actor(name, namespace="dataloaderx") for name in our_actors()]
+    actors = {handle._actor_id.hex() for handle in handles}
+    assert len(actors) == 2
+
+    def ours() -> list[str]:
+        events = state.state._get_all_task_events()
+        return [e.task_info.name for e in events if e.task_info.actor_id.hex() in actors]
+
+    # A worker sends its events in order: once an actor's second epoch start is listed, its
+    # first epoch's batches would be too.
+    assert wait_for(lambda: ours().count("RayWorker.start_epoch") == 4), ours()
+    assert ours().count("RayWorker.fetch") == 0
+
+
 @pytest.mark.parametrize(("handover", "in_shared_memory"), [("auto", 1), ("object_store", 0)])
 def test_default_collate_stacks_into_shared_memory_only_for_a_hand_over_in_it(
     handover: str, in_shared_memory: int

@@ -119,10 +119,12 @@ class RayWorker:
         with self._skip_lock:
             self._skip_through = max(self._skip_through, ticket)
 
+    @ray.method(enable_task_events=False)
     def fetch(self, ticket: int, indices: Any, seed: int | None) -> tuple[Outcome, Any] | None:
         """The outcome of task number ``ticket``, the batch of ``indices``; ``None`` for a
         task skipped. An elastic pool's batch comes with its ``seed``
-        (:meth:`WorkerCore.seed_batch`)."""
+        (:meth:`WorkerCore.seed_batch`). Ray records no task events for it
+        (``docs/ray-workers.md``: "What differs from processes and threads")."""
         with self._skip_lock:
             if ticket <= self._skip_through:
                 return None
