@@ -387,17 +387,16 @@ def summarise(
         worker_seconds = workers * total
     else:
         worker_seconds = integral(result.get("history") or result["samples"], 0.0, total)
+    samples = result.get("samples")
     summary: dict[str, Any] = {
         "total_s": total,
         "first_batch_s": result["first_batch_s"],
         "worker_s": worker_seconds,
         # Actors alive (starting and leaving ones too), sampled: the measure Ray Data gets;
         # end to end, from before the loader or the dataset is built.
-        "actor_s": integral(result["samples"], 0.0, total) if result.get("samples") else None,
+        "actor_s": integral(samples, 0.0, total) if samples else None,
         "actor_s_end_to_end": (
-            integral(result["samples"], -result["first_batch_s"], total)
-            if result.get("samples")
-            else None
+            integral(samples, -result["first_batch_s"], total) if samples else None
         ),
         "phase_rates": [phase_batches / (end - start) for start, end in bounds],
         "left_behind": result["left_behind"],
@@ -406,8 +405,7 @@ def summarise(
         summary["counts"] = [counts_in(result["history"], a, b) for a, b in bounds]
         summary["changes"] = len(result["history"]) - 1
         summary["history"] = [[round(at, 3), n, why] for at, n, why in result["history"]]
-    if result.get("samples"):
-        samples = result["samples"]
+    if samples:
         summary["actors"] = [
             [
                 integral(samples, a, b) / (b - a),

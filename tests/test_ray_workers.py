@@ -44,6 +44,7 @@ from tests.helpers import (
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'dataloaderx[ray]'")
 
 from dataloaderx.workers import registry  # noqa: E402 - after the skip
+from dataloaderx.workers.ray.group import NAMESPACE  # noqa: E402 - imports ray
 from tests.ray_support import (  # noqa: E402 - imports ray
     no_actors_or_threads_left,
     our_actors,
@@ -219,7 +220,7 @@ def test_the_task_table_lists_each_actors_epoch_starts_and_no_batch() -> None:
     loader = DataLoaderX(RangeDataset(16), batch_size=2, num_workers=2, **RAY)
     for _epoch in range(2):
         assert len(list(loader)) == 8
-    handles = [ray.get_actor(name, namespace="dataloaderx") for name in our_actors()]
+    handles = [ray.get_actor(name, NAMESPACE) for name in our_actors()]
     actors = {handle._actor_id.hex() for handle in handles}
     assert len(actors) == 2
 
