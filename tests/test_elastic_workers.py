@@ -20,7 +20,6 @@ from dataloaderx import DataLoaderX
 from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.elastic import scaling as scaling_module
 from dataloaderx.workers.elastic.bounds import AutoWorkers, Bounds
-from dataloaderx.workers.elastic.cpu_share import CpuShare
 from dataloaderx.workers.elastic.policy import (
     CLOSED_WINDOWS,
     GAIN,
@@ -603,24 +602,6 @@ def test_threads_that_keep_the_cores_or_the_gil_busy_start_no_more(share: float)
     # take turns with the GIL do, which more would not speed up.
     assert 2 * share > GIL_CORES
     assert ScalePolicy(1, 16).start(2, share) is None
-
-
-def test_the_cpu_share_times_the_first_batches_only() -> None:
-    measured = CpuShare(3)
-    assert measured.share is None
-    for _ in range(3):
-        assert measured.timed(lambda: time.sleep(0.02) or 5) == 5
-    waited = measured.share
-    assert waited is not None
-    assert waited < 0.3  # a sleep spends next to no CPU
-    deadline = time.thread_time() + 0.05
-    measured.timed(lambda: _spin_until(deadline))  # not timed: the share stays
-    assert measured.share == waited
-
-
-def _spin_until(deadline: float) -> None:
-    while time.thread_time() < deadline:
-        pass
 
 
 def test_the_pool_is_sized_from_its_first_batches_once_per_loader() -> None:

@@ -1,5 +1,5 @@
 """How much CPU time the cores this process may run on spent idle, where the system tells
-it (Linux's ``/proc/stat``)."""
+it (Linux's ``/proc/stat``), and whether threads took turns on one core while others idled."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ def _ticks_per_second() -> int:
 _TICKS: Final = _ticks_per_second()
 #: The step in which :func:`idle_seconds` counts, in seconds.
 TICK: Final = 1 / _TICKS
+#: The cores' idle time, in cores' worth, that tells threads that took turns on one core
+#: from threads whose cores other work took (:func:`took_turns`).
+IDLE: Final = 0.5
 
 
 def idle_seconds() -> float | None:
@@ -43,3 +46,14 @@ def idle_seconds() -> float | None:
             ticks += int(fields[4]) + int(fields[5])
             found = True
     return ticks / _TICKS if found else None
+
+
+def took_turns(busy: float, idle: float | None, seconds: float, cores: tuple[float, float]) -> bool:
+    """Whether threads that kept ``busy`` cores' worth busy took turns on one core with
+    another free: ``busy`` is at least ``cores[0]`` and under ``cores[1]``, and the cores
+    idled ``idle`` seconds (what :func:`idle_seconds` told; ``None``: not told) over
+    ``seconds``, at least :data:`IDLE` cores' worth (which takes ten :data:`TICK` s to
+    count in). Threads whose items hold the GIL (or a lock they share) do."""
+    if idle is None or seconds < 10 * TICK:
+        return False
+    return cores[0] <= busy < cores[1] and idle / seconds >= IDLE

@@ -20,20 +20,18 @@ import time
 from typing import Any, Final
 
 from dataloaderx.engine.stream import POLL_SECONDS
-from dataloaderx.util.idle import TICK, idle_seconds
+from dataloaderx.util.idle import idle_seconds, took_turns
 from dataloaderx.workers.contract import Outcome, Result
 from dataloaderx.workers.info import set_thread_info
 
-__all__ = ["IDLE", "TURNS", "Assignment", "TaskAssignment"]
+__all__ = ["TURNS", "Assignment", "TaskAssignment"]
 
 #: Where the workers' first tasks' CPU time, summed, over the time from the first one's start
-#: to the last one's end (cores' worth) falls in this range, and the cores this process may
-#: run on were idle for at least :data:`IDLE` cores' worth meanwhile (which the system must
-#: tell, over a time long enough to count it in), the threads took turns on one core with
+#: to the last one's end (cores' worth) falls in this range, with cores idle meanwhile
+#: (:func:`~dataloaderx.util.idle.took_turns`), the threads took turns on one core with
 #: another free: their items hold the GIL, and each worker's tasks stay in its thread
 #: (``docs/thread-workers.md``, *Which thread makes a batch*).
 TURNS: Final = (0.25, 1.15)
-IDLE: Final = 0.5
 
 
 class Assignment(enum.Enum):
@@ -74,19 +72,16 @@ class _FirstTasks:
 
     def took_turns(self) -> bool:
         """Whether the first tasks done took turns on one core with another free
-        (:data:`TURNS`, :data:`IDLE`)."""
+        (:data:`TURNS`), over the time since the first one started."""
         times = self.times
         if not times:
             return False
         span = max(end for _, _, end in times) - min(start for _, start, _ in times)
-        cores = sum(cpu for cpu, _, _ in times) / span if span > 0 else 0.0
-        if not TURNS[0] <= cores < TURNS[1]:
-            return False
+        busy = sum(cpu for cpu, _, _ in times) / span if span > 0 else 0.0
         _, start, idle_then = min(self.started, key=lambda started: started[1])
         idle_now, now = idle_seconds(), time.perf_counter()
-        if idle_then is None or idle_now is None or now - start < 10 * TICK:
-            return False  # no idle time to tell the GIL from cores that other work took
-        return (idle_now - idle_then) / (now - start) >= IDLE
+        idle = None if idle_then is None or idle_now is None else idle_now - idle_then
+        return took_turns(busy, idle, now - start, TURNS)
 
 
 class TaskAssignment:

@@ -263,6 +263,12 @@ class WorkerPool(abc.ABC):
         default not measured (``None``)."""
         return None
 
+    def cpu_seconds(self) -> float | None:
+        """The CPU time an elastic pool's workers spent on batches so far, where they are
+        threads of this process (which take turns at its GIL): the loader tells from it
+        whether they took turns on one core. By default not measured (``None``)."""
+        return None
+
     def set_origin(self, epoch: int, first_batch: int) -> None:  # noqa: B027 - a default
         """The epoch about to start is the loader's ``epoch``, resumed after ``first_batch``
         batches: an elastic pool seeds each batch from them. By default nothing."""

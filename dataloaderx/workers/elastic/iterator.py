@@ -76,7 +76,7 @@ class ElasticWorkersIterator(WorkersIterator):
     def _open(self, result: Result) -> Any:
         pool, scaling = self._pool, self._scaling
         running = pool.resize(scaling.workers)
-        workers = scaling.handed_out(running, pool.resizing())
+        workers = scaling.handed_out(running, pool.resizing(), pool.cpu_seconds())
         if workers is None and scaling.sizing:
             share = pool.cpu_share()
             if share is not None:

@@ -55,6 +55,9 @@ class Window(NamedTuple):
     seconds: float
     #: Time the loader spent waiting for the workers' next batch.
     wait_seconds: float
+    #: Whether the workers, threads of the loader's process, took turns on one core with
+    #: another free (their items hold the GIL, or a lock they share): more would wait too.
+    turns: bool = False
 
     @property
     def rate(self) -> float:
@@ -86,6 +89,8 @@ class _Try:
     workers: int
     rate: float
     wait: float
+    #: Whether the workers took turns on one core (:attr:`Window.turns`) there.
+    turns: bool = False
 
 
 @dataclass
@@ -115,9 +120,11 @@ class _Closed:
 
 def _moved(window: Window, rate: float, wait: float) -> bool:
     """Whether ``window`` is a phase change away from ``rate`` and ``wait`` (a share of the
-    time): its rate by :data:`PHASE_CHANGE` of ``rate``, or its wait by as many points."""
+    time): its rate by :data:`PHASE_CHANGE` of ``rate``, or its wait by as many points, where
+    its workers did not take turns on one core (the loop's thread then takes turns with
+    them, and waits for the GIL as much as for a batch)."""
     return abs(window.rate - rate) > PHASE_CHANGE * rate or (
-        abs(window.wait_fraction - wait) > PHASE_CHANGE
+        not window.turns and abs(window.wait_fraction - wait) > PHASE_CHANGE
     )
 
 
@@ -199,35 +206,47 @@ class ScalePolicy:
 
     def _try(self, window: Window, previous: Window | None) -> Change | None:
         n, wait = window.workers, window.wait_fraction
-        if wait >= WAIT_HIGH and n < self.max_workers and not self._is_closed(_Direction.UP, n):
+        fewer = n > self.min_workers and not self._is_closed(_Direction.DOWN, n)
+        more = n < self.max_workers and not self._is_closed(_Direction.UP, n)
+        if wait >= WAIT_HIGH and (more or (fewer and window.turns)):
             if previous is not None and (
                 previous.workers != n or previous.wait_fraction < WAIT_HIGH
             ):
                 # The wait may have begun within this window (a new phase), or come from the
                 # change before it: the next whole window at this count says how much.
                 return None
+            if fewer and window.turns:
+                # Threads that took turns on one core (for the GIL, most likely): fewer may
+                # be as fast. Where they are not, something else held them (storage, say):
+                # that closes fewer, and more are tried as usual.
+                return self._fewer(window, "took turns on one core")
             # Enough workers to end the wait if each added one made batches as fast as
             # those running; at least one more, at most GROWTH times as many.
             wanted = math.ceil(n / (1 - wait)) if wait < 1 else GROWTH * n
             target = min(self.max_workers, max(n + 1, min(GROWTH * n, wanted)))
             self._trial = _Try(_Direction.UP, n, window.rate, wait)
             return Change(target, f"tried {target}: the loader waited {wait:.0%} at {n}")
-        if n <= self.min_workers or self._is_closed(_Direction.DOWN, n):
+        if not fewer:
             return None
-        target = max(self.min_workers, n - max(1, n // 4))
         if wait <= WAIT_LOW:
-            target = self._enough(target, window.rate)
+            target = self._enough(max(self.min_workers, n - max(1, n // 4)), window.rate)
             if target >= n:
                 return None
             self._trial = _Try(_Direction.DOWN, n, window.rate, wait)
             return Change(target, f"tried {target}: the loader waited {wait:.0%} at {n}")
-        more = self._closed.get((_Direction.UP, n))
-        if wait >= WAIT_HIGH and more is not None and not more.moved:
+        failed = self._closed.get((_Direction.UP, n))
+        if wait >= WAIT_HIGH and failed is not None and not failed.moved:
             # More did not pay, and nothing moved since: fewer may be as fast (they compete
             # for the cores).
-            self._trial = _Try(_Direction.DOWN, n, window.rate, wait)
-            return Change(target, f"tried {target}: {n} waited {wait:.0%}, more did not pay")
+            return self._fewer(window, "more did not pay")
         return None
+
+    def _fewer(self, window: Window, why: str) -> Change:
+        """Try fewer workers than ``window``'s, where the loader waited, for ``why``."""
+        n = window.workers
+        target = max(self.min_workers, n - max(1, n // 4))
+        self._trial = _Try(_Direction.DOWN, n, window.rate, window.wait_fraction, window.turns)
+        return Change(target, f"tried {target}: {n} waited {window.wait_fraction:.0%}, {why}")
 
     def _judge(self, trial: _Try, window: Window) -> Change | None:
         n, rate, before = window.workers, window.rate, trial.rate
@@ -242,15 +261,19 @@ class ScalePolicy:
                 trial.workers,
                 f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s (needs {needed:+.0%})",
             )
-        # Where the loader waited before, fewer workers must be as fast; else the loop set
-        # the pace (and a change of it, the rate): they must not make it wait.
+        # Where the loader waited before, fewer workers must be as fast (within LOSS, where
+        # more took turns on one core: fewer can only be); else the loop set the pace (and a
+        # change of it, the rate): they must not make it wait.
         wait = window.wait_fraction
-        kept = (
-            gain >= 0 if trial.wait >= WAIT_HIGH else wait < WAIT_HIGH and wait - trial.wait <= LOSS
-        )
+        if trial.wait >= WAIT_HIGH:
+            kept = gain >= (-LOSS if trial.turns else 0.0)
+        else:
+            kept = wait < WAIT_HIGH and wait - trial.wait <= LOSS
         if kept:
             if trial.wait < WAIT_HIGH:  # the loader did not wait: it must not come to
                 self._probation = (trial, PROBATION)
+            if trial.turns:  # more, which took turns, were no faster: a failed try of more
+                self._close(_Try(_Direction.UP, n, rate, wait))
             self._shrinks[trial.workers] = (trial, CLOSED_WINDOWS)
             return Change(n, f"kept {n}: {gain:+.0%} batches/s, waited {wait:.0%}")
         self._close(trial)

@@ -4,22 +4,56 @@ the policy's decisions, and each change with its reason; thread-safe."""
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Final
 
+from dataloaderx.util.idle import idle_seconds, took_turns
 from dataloaderx.workers.elastic.bounds import Bounds
 from dataloaderx.workers.elastic.policy import ScalePolicy, Window
 
-__all__ = ["WINDOW_BATCHES", "WINDOW_SECONDS", "Resize", "Scaling"]
+__all__ = ["GIL_TURNS", "WINDOW_BATCHES", "WINDOW_SECONDS", "Resize", "Scaling"]
 
 #: A window lasts at least this long, and holds at least this many batches and two per
 #: worker: enough that one batch more or less moves its rate by a few percent at most.
 WINDOW_SECONDS: Final = 0.5
 WINDOW_BATCHES: Final = 16
+#: Two worker threads or more whose batches kept this many cores busy in a window (from,
+#: up to), while the cores idled (:func:`~dataloaderx.util.idle.took_turns`), took turns on
+#: one core with another free: more would wait their turn too.
+GIL_TURNS: Final = (0.75, 1.15)
 
 
 #: ``(at, workers, why)``: the worker count from ``at`` (``time.perf_counter()``) on.
 Resize = tuple[float, int, str]
+
+
+@dataclass
+class _Counting:
+    """A window being measured, from ``start`` (``time.perf_counter()``), when the pool's
+    batches had spent ``cpu`` seconds on the CPU and the cores had idled ``idle`` (each
+    ``None`` where not told)."""
+
+    start: float
+    cpu: float | None
+    idle: float | None
+    batches: int = 0
+    #: The loader's wait for the pool's batches.
+    wait: float = 0.0
+
+    @classmethod
+    def begin(cls, now: float, cpu: float | None) -> _Counting:
+        return cls(now, cpu, None if cpu is None else idle_seconds())
+
+    def window(self, workers: int, now: float, cpu: float | None) -> tuple[Window, _Counting]:
+        """The window measured, at ``workers``, up to ``now`` (the pool's batches' CPU
+        seconds then: ``cpu``), and the next one's count from there."""
+        after = _Counting.begin(now, cpu)
+        seconds, turns = now - self.start, False
+        if workers >= 2 and cpu is not None and self.cpu is not None:
+            idle = None if after.idle is None or self.idle is None else after.idle - self.idle
+            turns = took_turns((cpu - self.cpu) / seconds, idle, seconds, GIL_TURNS)
+        return Window(workers, self.batches, seconds, self.wait, turns), after
 
 
 class Scaling:
@@ -48,10 +82,10 @@ class Scaling:
         ]
         self._epoch_start = perf_counter()
         self._epoch_workers = bounds.start
+        #: Batches still on their way from before a change (not measured), then the window
+        #: being measured.
         self._settle = 0
-        self._start: float | None = None
-        self._batches = 0
-        self._wait = 0.0
+        self._counting: _Counting | None = None
         #: Whether the pool's first batches sized it (:meth:`size`), or a resume did.
         self._sized = False
 
@@ -120,12 +154,13 @@ class Scaling:
     def waited(self, seconds: float) -> None:
         """The loader waited ``seconds`` for the pool's next batch."""
         with self._lock:
-            if self._start is not None:
-                self._wait += seconds
+            if self._counting is not None:
+                self._counting.wait += seconds
 
-    def handed_out(self, running: int, resizing: bool) -> int | None:
+    def handed_out(self, running: int, resizing: bool, cpu: float | None = None) -> int | None:
         """A batch left the pool, which runs ``running`` workers and is ``resizing`` towards
-        the count asked for (or not); the new worker count, where the policy changes it, or
+        the count asked for (or not), and whose batches spent ``cpu`` seconds on the CPU so
+        far (``None``: not measured); the new worker count, where the policy changes it, or
         where the pool runs fewer than asked and is no longer resizing (it had no room)."""
         now = perf_counter()
         with self._lock:
@@ -134,21 +169,23 @@ class Scaling:
                     return self._resize(running, f"ran {running}: no room for more", now)
                 self._restart(max(running, self._workers))
                 return None
+            counting = self._counting
             if self._settle:
                 self._settle -= 1
                 if not self._settle:
-                    self._start = now
+                    self._counting = _Counting.begin(now, cpu)
                 return None
-            if self._start is None:
-                self._start = now
+            if counting is None:
+                self._counting = _Counting.begin(now, cpu)
                 return None
-            self._batches += 1
-            seconds = now - self._start
-            if seconds < WINDOW_SECONDS or self._batches < max(WINDOW_BATCHES, 2 * self._workers):
+            counting.batches += 1
+            seconds = now - counting.start
+            if seconds < WINDOW_SECONDS or counting.batches < max(
+                WINDOW_BATCHES, 2 * self._workers
+            ):
                 return None
-            window = Window(self._workers, self._batches, seconds, self._wait)
+            window, self._counting = counting.window(self._workers, now, cpu)
             change = self._policy.observe(window)
-            self._start, self._batches, self._wait = now, 0, 0.0
             if change is None or change.workers == self._workers:
                 return None
             return self._resize(change.workers, change.reason, now)
@@ -162,4 +199,4 @@ class Scaling:
     def _restart(self, workers: int) -> None:
         """Measure again once the batches on their way to ``workers`` workers are out."""
         self._settle = 2 * workers
-        self._start, self._batches, self._wait = None, 0, 0.0
+        self._counting = None

@@ -23,7 +23,7 @@ from torch.utils.data.dataloader import _DatasetKind
 from dataloaderx.engine.stream import POLL_SECONDS
 from dataloaderx.util.cores import usable_cores
 from dataloaderx.workers.contract import Outcome, Result, WorkerPool
-from dataloaderx.workers.elastic.cpu_share import CpuShare
+from dataloaderx.workers.elastic.cpu_time import CpuTime
 from dataloaderx.workers.elastic.seeds import batch_seed
 from dataloaderx.workers.info import set_thread_info, worker_info
 from dataloaderx.workers.pool import join_threads, thread_core, where
@@ -102,8 +102,8 @@ class ElasticThreads(WorkerPool):
         self._inboxes: list[queue.SimpleQueue[_Task | str]] = []
         #: The iterator's: the loader's epoch and the batches before the first task.
         self._origin = (0, 0)
-        #: The first batches' CPU share: two per thread the pool starts with.
-        self._cpu = CpuShare(2 * self._workers)
+        #: The batches' CPU time; the first batches' share: two per thread the pool starts with.
+        self._cpu = CpuTime(2 * self._workers)
         with self._lock:
             self._start_threads(self._workers)
 
@@ -126,6 +126,9 @@ class ElasticThreads(WorkerPool):
 
     def cpu_share(self) -> float | None:
         return self._cpu.share
+
+    def cpu_seconds(self) -> float | None:
+        return self._cpu.seconds
 
     def resize(self, workers: int) -> int:
         with self._lock:
