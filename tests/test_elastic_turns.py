@@ -53,6 +53,16 @@ def test_threads_that_take_turns_try_fewer_first_and_stay() -> None:
     assert changes[-1][1].reason == "back to 1: 2 gave +0% batches/s (needs +7%)"
 
 
+def test_one_thread_kept_from_threads_that_took_turns_stays_whatever_its_wait() -> None:
+    policy = ScalePolicy(1, 16)
+    assert policy.observe(Window(2, 18, 1.0, 0.4, turns=True)) is not None  # tries 1
+    assert policy.observe(Window(1, 18, 1.0, 0.4)) == Change(1, "kept 1: +0% batches/s, waited 40%")
+    # One thread shows no turns, and the loop's wait moves at the same rate (from 0% to 98%
+    # on 2 cores; 90-98% here): no phase change, and more stay closed.
+    swings = [Window(1, 18, 1.0, 0.98 if k % 2 else 0.9) for k in range(CLOSED_WINDOWS - 2)]
+    assert [policy.observe(window) for window in swings] == [None] * len(swings)
+
+
 def test_many_threads_that_take_turns_come_down_step_by_step() -> None:
     changes = _run(ScalePolicy(1, 32), 16, lambda n: 18.0, 0.4, 40)
     counts = [change.workers for _, change in changes if change.reason.startswith("tried")]

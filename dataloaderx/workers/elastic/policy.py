@@ -90,7 +90,7 @@ class _Try:
     rate: float
     wait: float
     #: Whether the workers took turns on one core (:attr:`Window.turns`) there.
-    turns: bool = False
+    turns: bool
 
 
 @dataclass
@@ -110,21 +110,23 @@ class _Closed:
     """A direction closed at a count: until ``windows`` more windows, or a phase change."""
 
     windows: float
-    #: The rate and the share of time waited at the count when it was closed.
+    #: The rate and the share of time waited at the count when it was closed, and whether
+    #: the workers took turns on one core there or at the count tried from it.
     rate: float
     wait: float
+    turns: bool
     #: Windows in a row at the count whose rate moved by :data:`PHASE_CHANGE` (a share of
     #: it), or whose wait did (of the window's time).
     moved: int = 0
 
 
-def _moved(window: Window, rate: float, wait: float) -> bool:
+def _moved(window: Window, rate: float, wait: float, turns: bool) -> bool:
     """Whether ``window`` is a phase change away from ``rate`` and ``wait`` (a share of the
-    time): its rate by :data:`PHASE_CHANGE` of ``rate``, or its wait by as many points, where
-    its workers did not take turns on one core (the loop's thread then takes turns with
-    them, and waits for the GIL as much as for a batch)."""
+    time): its rate by :data:`PHASE_CHANGE` of ``rate``, or its wait by as many points, but
+    where workers took turns on one core (``turns``, or in ``window``): the loop's thread
+    takes turns with them then, and waits for the GIL as much as for a batch."""
     return abs(window.rate - rate) > PHASE_CHANGE * rate or (
-        not window.turns and abs(window.wait_fraction - wait) > PHASE_CHANGE
+        not (turns or window.turns) and abs(window.wait_fraction - wait) > PHASE_CHANGE
     )
 
 
@@ -177,7 +179,7 @@ class ScalePolicy:
         for key, closed in list(self._closed.items()):
             closed.windows -= 1
             if key[1] == window.workers:
-                moved = _moved(window, closed.rate, closed.wait)
+                moved = _moved(window, closed.rate, closed.wait, closed.turns)
                 closed.moved = closed.moved + 1 if moved else 0
             if closed.windows <= 0 or closed.moved >= PHASE_WINDOWS:
                 del self._closed[key]
@@ -224,7 +226,7 @@ class ScalePolicy:
             # those running; at least one more, at most GROWTH times as many.
             wanted = math.ceil(n / (1 - wait)) if wait < 1 else GROWTH * n
             target = min(self.max_workers, max(n + 1, min(GROWTH * n, wanted)))
-            self._trial = _Try(_Direction.UP, n, window.rate, wait)
+            self._trial = _Try(_Direction.UP, n, window.rate, wait, window.turns)
             return Change(target, f"tried {target}: the loader waited {wait:.0%} at {n}")
         if not fewer:
             return None
@@ -232,7 +234,7 @@ class ScalePolicy:
             target = self._enough(max(self.min_workers, n - max(1, n // 4)), window.rate)
             if target >= n:
                 return None
-            self._trial = _Try(_Direction.DOWN, n, window.rate, wait)
+            self._trial = _Try(_Direction.DOWN, n, window.rate, wait, window.turns)
             return Change(target, f"tried {target}: the loader waited {wait:.0%} at {n}")
         failed = self._closed.get((_Direction.UP, n))
         if wait >= WAIT_HIGH and failed is not None and not failed.moved:
@@ -273,7 +275,7 @@ class ScalePolicy:
             if trial.wait < WAIT_HIGH:  # the loader did not wait: it must not come to
                 self._probation = (trial, PROBATION)
             if trial.turns:  # more, which took turns, were no faster: a failed try of more
-                self._close(_Try(_Direction.UP, n, rate, wait))
+                self._close(_Try(_Direction.UP, n, rate, wait, turns=True))
             self._shrinks[trial.workers] = (trial, CLOSED_WINDOWS)
             return Change(n, f"kept {n}: {gain:+.0%} batches/s, waited {wait:.0%}")
         self._close(trial)
@@ -305,7 +307,7 @@ class ScalePolicy:
         from where the shrink started (the step changed, not the count that suffices)."""
         for workers in [each for each in self._shrinks if low < each <= window.workers]:
             shrink, _ = self._shrinks.pop(workers)
-            if not _moved(window, shrink.rate, shrink.wait):
+            if not _moved(window, shrink.rate, shrink.wait, shrink.turns):
                 self._close(shrink)
 
     def _is_closed(self, direction: _Direction, workers: int) -> bool:
@@ -317,4 +319,4 @@ class ScalePolicy:
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
         windows = CLOSED_WINDOWS if failures == 1 else math.inf
-        self._closed[key] = _Closed(windows, trial.rate, trial.wait)
+        self._closed[key] = _Closed(windows, trial.rate, trial.wait, trial.turns)
