@@ -169,12 +169,12 @@ class Scaling:
                     return self._resize(running, f"ran {running}: no room for more", now)
                 self._restart(max(running, self._workers))
                 return None
-            counting = self._counting
             if self._settle:
                 self._settle -= 1
                 if not self._settle:
                     self._counting = _Counting.begin(now, cpu)
                 return None
+            counting = self._counting
             if counting is None:
                 self._counting = _Counting.begin(now, cpu)
                 return None
