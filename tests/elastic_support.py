@@ -1,5 +1,6 @@
 """What the elastic workers' tests share: a dataset whose items draw from their batch's
-generators, and the type of the ``script`` fixture (``conftest.py``)."""
+generators, the type of the ``script`` fixture (``conftest.py``), and a policy fed the
+windows of a steady workload."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Callable
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-__all__ = ["Augmented", "Script"]
+from dataloaderx.workers.elastic.policy import Change, ScalePolicy, Window
+
+__all__ = ["Augmented", "Script", "climb"]
 
 #: Installs a script of counts; returns the counts each window ran at, as they come.
 Script = Callable[[list[int]], list[int]]
@@ -34,3 +37,24 @@ class Augmented(Dataset[torch.Tensor]):
         generator = torch.Generator().manual_seed(info.seed + index)
         draws = torch.rand(2, generator=generator)
         return torch.cat([torch.tensor([float(index)]), draws, torch.tensor([float(info.id)])])
+
+
+def climb(
+    policy: ScalePolicy,
+    n: int,
+    rate: Callable[[int], float],
+    wait: float,
+    windows: int,
+    *,
+    turns: bool = False,
+) -> list[tuple[int, Change]]:
+    """Feed ``windows`` windows of 1 s in which ``n`` workers make ``rate(n)`` batches/s and
+    the loader waits ``wait`` of the time (where ``turns``, two threads or more take turns
+    on one core); the changes, with the window of each."""
+    changes = []
+    for index in range(windows):
+        change = policy.observe(Window(n, int(rate(n)), 1.0, wait, turns=turns and n >= 2))
+        if change is not None:
+            changes.append((index, change))
+            n = change.workers
+    return changes

@@ -5,7 +5,6 @@ threads before more there (``docs/elastic-workers.md``, *The policy*)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,25 +24,12 @@ from dataloaderx.workers.elastic.policy import (
     ScalePolicy,
     Window,
 )
-
-
-def _run(
-    policy: ScalePolicy, n: int, rate: Callable[[int], float], wait: float, windows: int
-) -> list[tuple[int, Change]]:
-    """Windows of 1 s in which ``n`` threads make ``rate(n)`` batches/s, the loader waits
-    ``wait`` of the time, and two threads or more take turns on one core; the changes."""
-    changes = []
-    for index in range(windows):
-        change = policy.observe(Window(n, round(rate(n)), 1.0, wait, turns=n >= 2))
-        if change is not None:
-            changes.append((index, change))
-            n = change.workers
-    return changes
+from tests.elastic_support import climb
 
 
 def test_threads_that_take_turns_try_fewer_first_and_stay() -> None:
     # Items that hold the GIL: any count makes 18 batches/s, and the loader waits 40%.
-    changes = _run(ScalePolicy(1, 16), 2, lambda n: 18.0, 0.4, 4 * CLOSED_WINDOWS)
+    changes = climb(ScalePolicy(1, 16), 2, lambda n: 18.0, 0.4, 4 * CLOSED_WINDOWS, turns=True)
     assert changes[0] == (0, Change(1, "tried 1: 2 waited 40%, took turns on one core"))
     assert changes[1] == (1, Change(1, "kept 1: +0% batches/s, waited 40%"))
     # More were no faster: a failed try of more from 1, whose second failure closes it
@@ -64,7 +50,7 @@ def test_one_thread_kept_from_threads_that_took_turns_stays_whatever_its_wait() 
 
 
 def test_many_threads_that_take_turns_come_down_step_by_step() -> None:
-    changes = _run(ScalePolicy(1, 32), 16, lambda n: 18.0, 0.4, 40)
+    changes = climb(ScalePolicy(1, 32), 16, lambda n: 18.0, 0.4, 40, turns=True)
     counts = [change.workers for _, change in changes if change.reason.startswith("tried")]
     assert counts == [12, 9, 7, 6, 5, 4, 3, 2, 1], changes
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
@@ -30,7 +30,7 @@ from dataloaderx.workers.elastic.policy import (
     ScalePolicy,
     Window,
 )
-from tests.elastic_support import Augmented, Script
+from tests.elastic_support import Augmented, Script, climb
 from tests.helpers import RangeDataset, Sharded, assert_same, wait_for, wait_until_clean
 
 
@@ -262,23 +262,9 @@ def test_the_policy_grows_while_the_loader_waits_and_more_workers_gain() -> None
     assert kept.reason.startswith("kept 4")
 
 
-def _climb(
-    policy: ScalePolicy, n: int, rate: Callable[[int], float], wait: float, windows: int
-) -> list[tuple[int, Change]]:
-    """Feed ``windows`` windows in which ``n`` workers make ``rate(n)`` batches/s and the
-    loader waits ``wait`` of the time; the changes, with the window of each."""
-    changes = []
-    for index in range(windows):
-        change = policy.observe(Window(n, int(rate(n)), 1.0, wait))
-        if change is not None:
-            changes.append((index, change))
-            n = change.workers
-    return changes
-
-
 def test_the_policy_goes_back_when_more_workers_do_not_gain_and_stays() -> None:
     # 2 cores, and items that keep them busy: 2 workers are best, the loader waits anyway.
-    changes = _climb(ScalePolicy(1, 16), 2, lambda n: 10.0 * min(n, 2), 0.5, 4 * CLOSED_WINDOWS)
+    changes = climb(ScalePolicy(1, 16), 2, lambda n: 10.0 * min(n, 2), 0.5, 4 * CLOSED_WINDOWS)
     # More, then fewer, each tried twice: the first failure closes the direction for
     # CLOSED_WINDOWS windows, the second for good. Nothing after: a steady workload sees
     # no change.
@@ -290,7 +276,7 @@ def test_the_policy_goes_back_when_more_workers_do_not_gain_and_stays() -> None:
 
 def test_fewer_workers_as_fast_are_kept_where_the_loader_waits() -> None:
     # Items that hold the GIL: one worker makes batches as fast as four.
-    changes = _climb(ScalePolicy(1, 16), 4, lambda n: 10.0, 0.5, 4 * CLOSED_WINDOWS)
+    changes = climb(ScalePolicy(1, 16), 4, lambda n: 10.0, 0.5, 4 * CLOSED_WINDOWS)
     counts = [change.workers for _, change in changes]
     assert counts[-1] == 1, changes
     assert changes[-1][0] < 2 * CLOSED_WINDOWS

@@ -231,7 +231,7 @@ class ScalePolicy:
         if not fewer:
             return None
         if wait <= WAIT_LOW:
-            target = self._enough(max(self.min_workers, n - max(1, n // 4)), window.rate)
+            target = self._enough(self._quarter_fewer(n), window.rate)
             if target >= n:
                 return None
             self._trial = _Try(_Direction.DOWN, n, window.rate, wait, window.turns)
@@ -246,9 +246,13 @@ class ScalePolicy:
     def _fewer(self, window: Window, why: str) -> Change:
         """Try fewer workers than ``window``'s, where the loader waited, for ``why``."""
         n = window.workers
-        target = max(self.min_workers, n - max(1, n // 4))
+        target = self._quarter_fewer(n)
         self._trial = _Try(_Direction.DOWN, n, window.rate, window.wait_fraction, window.turns)
         return Change(target, f"tried {target}: {n} waited {window.wait_fraction:.0%}, {why}")
+
+    def _quarter_fewer(self, workers: int) -> int:
+        """A quarter fewer than ``workers`` (at least one), within the bounds."""
+        return max(self.min_workers, workers - max(1, workers // 4))
 
     def _judge(self, trial: _Try, window: Window) -> Change | None:
         n, rate, before = window.workers, window.rate, trial.rate
