@@ -35,7 +35,8 @@ ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'data
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
 from dataloaderx.workers.contract import Outcome, WorkerSetup  # noqa: E402
-from dataloaderx.workers.ray.group import ActorGroup  # noqa: E402 - imports ray
+from dataloaderx.workers.ray import heartbeat  # noqa: E402 - imports ray
+from dataloaderx.workers.ray.group import ActorGroup  # noqa: E402
 from dataloaderx.workers.ray.options import RayOptions  # noqa: E402
 from tests.ray_support import no_actors_or_threads_left, our_actors, places  # noqa: E402
 
@@ -160,11 +161,14 @@ class HoldsTheGil(Dataset[torch.Tensor]):
         return torch.tensor([index])
 
 
-def test_a_batch_that_holds_the_gil_past_the_liveness_limit_is_no_lost_cluster() -> None:
-    # The cluster's liveness is asked of Ray's own servers, not of the actor's Python; the
-    # limit (placement_timeout_s) also bounds the actor's start, on a loaded machine too.
-    options = {"placement_timeout_s": 7.0}
-    loader = DataLoaderX(HoldsTheGil(10), num_workers=1, worker_options=options, **RAY)
+def test_a_batch_that_holds_the_gil_past_the_liveness_limit_is_no_lost_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The cluster's liveness is asked of Ray's own servers, not of the actor's Python. The
+    # limit is made short here, so that placement_timeout_s (the default) still leaves the
+    # actor all the time it needs to start on a loaded machine.
+    monkeypatch.setattr(heartbeat, "SILENCE_SECONDS", 2.0)
+    loader = DataLoaderX(HoldsTheGil(6), num_workers=1, **RAY)
     assert [int(batch) for batch in loader] == [0, 1, 2]
 
 
