@@ -13,7 +13,7 @@ pytest.importorskip("ray", reason="ray is not installed: pip install 'dataloader
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 #: Long enough for actors to start on a loaded machine: it bounds their start too.
-PLACEMENT_TIMEOUT_S = 10.0
+PLACEMENT_TIMEOUT_S = 15.0
 #: A hang bound, not a speed bound: Ray itself ends a driver 60 s after losing its GCS.
 WITHIN_SECONDS = 45.0
 

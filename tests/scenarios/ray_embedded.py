@@ -42,7 +42,7 @@ def _loaders() -> list[tuple[DataLoaderX[torch.Tensor], DataLoader[torch.Tensor]
     made = []
     # The train loader's elastic actors start the Ray.
     for size, workers in ((64, "auto"), (16, 2)):
-        options: dict[str, object] = {"placement_timeout_s": 10.0}
+        options: dict[str, object] = {"placement_timeout_s": 30.0}
         if workers == "auto":
             options.update(min_workers=cores, max_workers=cores)
         arguments = {"batch_size": 4, "shuffle": True}
