@@ -29,8 +29,9 @@ __all__ = [
 #: tried (``WAIT_LOW``), and at least which more are (``WAIT_HIGH``).
 WAIT_LOW, WAIT_HIGH = 0.02, 0.05
 #: More workers are kept where batches came at least ``GAIN`` faster (Cachew's threshold
-#: for adding a worker, USENIX ATC 2022); fewer where they cost at most ``LOSS``: of the
-#: rate where the loader waited, of the window's time waited more where it did not.
+#: for adding a worker, USENIX ATC 2022); fewer, where the loader did not wait, where it
+#: waits at most ``LOSS`` more of the window's time, and they are not tried where the rate
+#: per worker measured says they would make batches ``LOSS`` slower.
 GAIN, LOSS = 0.07, 0.03
 #: A first failed try closes its direction at its count for ``CLOSED_WINDOWS`` windows; a
 #: second closes it until a phase change: a rate ``PHASE_CHANGE`` (a share of it) away from
@@ -136,6 +137,13 @@ def _needed_gain(wait: float) -> float:
     loop's own pace caps the gain), and at least :data:`LOSS`."""
     available = wait / (1 - wait) if wait < 1 else math.inf
     return max(LOSS, min(GAIN, available / 2))
+
+
+def _turns_tolerance(trial: _Try, workers: int) -> float:
+    """How much slower ``workers``, fewer than ``trial``'s, may make batches and be kept, where
+    the loader waited: none, but half of what fewer cost where each thread makes its own
+    share, where ``trial``'s threads took turns on one core."""
+    return (1 - workers / trial.workers) / 2 if trial.turns else 0.0
 
 
 class ScalePolicy:
@@ -267,12 +275,12 @@ class ScalePolicy:
                 trial.workers,
                 f"back to {trial.workers}: {n} gave {gain:+.0%} batches/s (needs {needed:+.0%})",
             )
-        # Where the loader waited before, fewer workers must be as fast (within LOSS, where
-        # more took turns on one core: fewer can only be); else the loop set the pace (and a
-        # change of it, the rate): they must not make it wait.
+        # Where the loader waited before, fewer workers must be as fast (where more took turns
+        # on one core, see _turns_tolerance); else the loop set the pace (and a change of it,
+        # the rate): they must not make it wait.
         wait = window.wait_fraction
         if trial.wait >= WAIT_HIGH:
-            kept = gain >= (-LOSS if trial.turns else 0.0)
+            kept = gain >= -_turns_tolerance(trial, n)
         else:
             kept = wait < WAIT_HIGH and wait - trial.wait <= LOSS
         if kept:
