@@ -195,6 +195,7 @@ class DataLoaderX(DataLoader[T_co]):
             stats=self._stats,
             tracking=tracking,
             num_workers=self.num_workers,
+            resizes=None if self._scaling is None else self._scaling.changes,
         )
         if reuses_workers:
             self._previous.remember(iterator)

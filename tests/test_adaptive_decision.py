@@ -570,3 +570,18 @@ def test_each_phase_asks_for_what_it_measures() -> None:
     assert decision.phase is Phase.STEADY
     assert (steady.mode, steady.measure) == (INLINE, False)
     assert steady.cycles > 1  # a run: the cycles that cannot reach a check
+
+
+def test_a_change_of_the_workers_measures_both_modes_again() -> None:
+    decision = ModeDecision()
+    tiny = Workload(step=0.0, produce=0.01 * MS, parallel=1.0)
+    run(decision, lambda _: tiny, 200)
+    assert (decision.phase, decision.verdict().mode) == (Phase.STEADY, INLINE)
+    # An elastic pool changed its count: the same cycles, no drift, but other workers.
+    probing = decision.observe(Cycles(INLINE, 3, (0.01 * MS,) * 3, resized=True))
+    assert (decision.phase, probing.mode, probing.measure) == (Phase.PROBE, PREFETCH, True)
+    modes = run(decision, lambda _: tiny, 100, start=1)
+    assert modes[1 : 1 + PREFETCH_PROBE] == [PREFETCH] * PREFETCH_PROBE
+    assert modes[-50:] == [INLINE] * 50
+    assert (decision.decisions, decision.rechecks, decision.resizes) == (2, 0, 1)
+    assert decision.reason.endswith("; measured again once as the workers changed in number")

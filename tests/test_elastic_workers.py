@@ -151,6 +151,15 @@ def test_the_count_and_its_reasons_are_in_the_stats(script: Script) -> None:
     assert times == sorted(times)
 
 
+def test_the_prefetch_mode_is_decided_again_after_a_resize(script: Script) -> None:
+    script([1])
+    loader = _auto(RangeDataset(400), worker_options={"max_workers": 4})
+    list(loader)
+    assert loader.stats is not None
+    assert loader.stats.mode is not None
+    assert "; measured again once as the workers changed in number" in loader.stats.mode
+
+
 def test_shrunk_threads_end_and_nothing_is_left(script: Script) -> None:
     baseline = set(threading.enumerate())
     script([8, 1])

@@ -45,6 +45,9 @@ class Cycles(NamedTuple):
     cpu: float = 0.0
     produced: Sequence[tuple[float, float]] = ()
     overran: bool = False
+    #: Whether the workers that make the batches changed in number since the report before
+    #: (an elastic pool, ``num_workers="auto"``): what either mode cost was measured on others.
+    resized: bool = False
 
 
 class ModePolicy(Protocol):

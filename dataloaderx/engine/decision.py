@@ -62,6 +62,10 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.3g} ms"
 
 
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
 def new_policy() -> ModeDecision:
     """The policy a backend creates once and keeps for its loader's life."""
     return ModeDecision()
@@ -82,9 +86,11 @@ class ModeDecision:
         #: and before a confirmed prefetch decision is confirmed again; each doubles.
         self._recheck_gap = FIRST_RECHECK_GAP
         self._reconfirm_gap = FIRST_RECHECK_GAP
-        #: How many decisions were taken (the first one included), and re-checks started.
+        #: How many decisions were taken (the first one included), re-checks started, and
+        #: decisions started over as the workers changed in number.
         self.decisions = 0
         self.rechecks = 0
+        self.resizes = 0
 
     @property
     def phase(self) -> Phase:
@@ -92,10 +98,12 @@ class ModeDecision:
 
     @property
     def reason(self) -> str:
-        if not self.rechecks:
-            return self._reason
-        times = "once" if self.rechecks == 1 else f"{self.rechecks} times"
-        return f"{self._reason}; re-checked {times} as the cost per batch drifted"
+        reason = self._reason
+        if self.rechecks:
+            reason += f"; re-checked {_times(self.rechecks)} as the cost per batch drifted"
+        if self.resizes:
+            reason += f"; measured again {_times(self.resizes)} as the workers changed in number"
+        return reason
 
     def start_epoch(self, *, helper_processes: bool) -> Verdict:
         self._helper_processes = helper_processes
@@ -120,6 +128,10 @@ class ModeDecision:
     def observe(self, cycles: Cycles) -> Verdict:
         if self._first:
             self._first = False
+        elif cycles.resized:
+            # Both modes were measured, or watched, on other workers: measure them again.
+            self.resizes += 1
+            self._state = Probe()
         elif cycles.mode == self.verdict().mode:
             state = self._state
             if isinstance(state, Probe):

@@ -62,6 +62,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         stats: EpochStats | None = None,
         tracking: Tracking | None = None,
         num_workers: int = 0,
+        resizes: Callable[[], int] | None = None,
     ) -> None:
         self._inner = inner
         never_finalize_in_children(inner)
@@ -72,6 +73,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
             EpochStats(False) if stats is None else stats,
             Tracking(Position()) if tracking is None else tracking,
             num_workers,
+            resizes,
         )
         self._finalizer = weakref.finalize(self, _shut_down, self._epoch, os.getpid())
         # Before the backend starts anything that reads the source in another thread.

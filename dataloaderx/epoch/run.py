@@ -94,6 +94,7 @@ class Run:
         cpu: float = 0.0,
         produced: Sequence[tuple[float, float]] = (),
         overran: bool = False,
+        resized: bool = False,
     ) -> Cycles:
         """The report of the run so far (the rest: see :class:`Cycles`)."""
         made = self.made
@@ -104,4 +105,6 @@ class Run:
         else:
             seconds = [end - start for start, end in pairwise(ends)]
         count = made if first is not None else made - 1
-        return Cycles(self.mode, max(0, count), seconds[-TAIL:], wait, cpu, produced, overran)
+        return Cycles(
+            self.mode, max(0, count), seconds[-TAIL:], wait, cpu, produced, overran, resized
+        )

@@ -82,6 +82,8 @@ class EpochState(Generic[T]):
         "inline",
         "policy",
         "position",
+        "resizes",
+        "resizes_seen",
         "run",
         "slot",
         "stats",
@@ -97,6 +99,7 @@ class EpochState(Generic[T]):
         stats: EpochStats,
         tracking: Tracking,
         num_workers: int,
+        resizes: Callable[[], int] | None = None,
     ) -> None:
         source = inner if not tracking.skip else Skipping(inner, tracking.skip)
         self.feed: Feed[T] = Feed(source, release, snapshot=tracking.snapshot)
@@ -113,6 +116,10 @@ class EpochState(Generic[T]):
         prepare = None if self.inline is None else self.inline.prepare
         self.take = _reader(self.feed, prepare, self.position, self.stats)
         self.close: Callable[[], None] = _not_yet
+        #: How many times the workers changed in number so far (an elastic pool), and at
+        #: the latest report to the mode policy.
+        self.resizes = resizes
+        self.resizes_seen = 0 if resizes is None else resizes()
 
     def start(self, close: Callable[[], None], *, helpers: bool) -> None:
         """Begin the epoch (``close`` shuts it down); a producer may start here. ``helpers``:
@@ -199,7 +206,13 @@ class EpochState(Generic[T]):
             run.start(Verdict(run.mode, ENDLESS, math.inf, measure=False), None, ENDLESS)
             return
         cpu = thread_time() - run.cpu if run.measure else 0.0
-        cycles = run.cycles(wait=wait, cpu=cpu, produced=produced, overran=run.left > 0)
+        resized = False
+        if self.resizes is not None:
+            seen, self.resizes_seen = self.resizes_seen, self.resizes()
+            resized = seen != self.resizes_seen
+        cycles = run.cycles(
+            wait=wait, cpu=cpu, produced=produced, overran=run.left > 0, resized=resized
+        )
         self.follow(self.policy.observe(cycles), end)
 
     def _report(self) -> None:

@@ -110,6 +110,11 @@ class Scaling:
             if workers != self._workers:
                 self._resize(workers, "the count of the epoch resumed", perf_counter())
 
+    def changes(self) -> int:
+        """How many times the worker count changed so far, in the loader's life."""
+        with self._lock:
+            return len(self._history) - 1
+
     def history(self) -> tuple[Resize, ...]:
         """The count at the latest epoch's start, and every change since."""
         with self._lock:
