@@ -195,7 +195,7 @@ class DataLoaderX(DataLoader[T_co]):
             stats=self._stats,
             tracking=tracking,
             num_workers=self.num_workers,
-            resizes=None if self._scaling is None else self._scaling.changes,
+            resized=None if self._scaling is None else self._scaling.resized,
         )
         if reuses_workers:
             self._previous.remember(iterator)

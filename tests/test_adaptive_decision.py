@@ -585,3 +585,13 @@ def test_a_change_of_the_workers_measures_both_modes_again() -> None:
     assert modes[-50:] == [INLINE] * 50
     assert (decision.decisions, decision.rechecks, decision.resizes) == (2, 0, 1)
     assert decision.reason.endswith("; measured again once as the workers changed in number")
+
+
+def test_a_change_of_the_workers_at_an_epochs_first_batch_is_not_lost() -> None:
+    decision = ModeDecision()
+    tiny = Workload(step=0.0, produce=0.01 * MS, parallel=1.0)
+    run(decision, lambda _: tiny, 200)
+    decision.start_epoch(helper_processes=True)
+    # The pool changed between the epochs: told with the report of the first batch.
+    probing = decision.observe(Cycles(INLINE, 0, resized=True))
+    assert (decision.phase, probing.mode, decision.resizes) == (Phase.PROBE, PREFETCH, 1)

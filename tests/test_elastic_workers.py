@@ -160,6 +160,19 @@ def test_the_prefetch_mode_is_decided_again_after_a_resize(script: Script) -> No
     assert "; measured again once as the workers changed in number" in loader.stats.mode
 
 
+def test_a_change_is_told_to_the_mode_decision_once_across_epochs() -> None:
+    scaling = scaling_module.Scaling(Bounds(1, 8, 2))
+    assert scaling.resized() is False  # the count it started with
+    scaling.resume_with(3)
+    scaling.new_epoch()  # a change told nowhere yet is kept over an epoch's start
+    assert scaling.resized() is True
+    assert scaling.resized() is False
+    scaling.idled(0, "ended 3 idle between epochs")
+    scaling.new_epoch()  # and the count before the epoch's end comes back: two changes
+    assert scaling.resized() is True
+    assert scaling.resized() is False
+
+
 def test_shrunk_threads_end_and_nothing_is_left(script: Script) -> None:
     baseline = set(threading.enumerate())
     script([8, 1])

@@ -126,13 +126,12 @@ class ModeDecision:
         return Verdict(self.mode, cycles, seconds, measure=False)
 
     def observe(self, cycles: Cycles) -> Verdict:
-        if self._first:
-            self._first = False
-        elif cycles.resized:
+        first, self._first = self._first, False
+        if cycles.resized:
             # Both modes were measured, or watched, on other workers: measure them again.
             self.resizes += 1
             self._state = Probe()
-        elif cycles.mode == self.verdict().mode:
+        elif not first and cycles.mode == self.verdict().mode:
             state = self._state
             if isinstance(state, Probe):
                 self._probed(state, cycles)

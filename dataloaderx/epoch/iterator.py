@@ -62,7 +62,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
         stats: EpochStats | None = None,
         tracking: Tracking | None = None,
         num_workers: int = 0,
-        resizes: Callable[[], int] | None = None,
+        resized: Callable[[], bool] | None = None,
     ) -> None:
         self._inner = inner
         never_finalize_in_children(inner)
@@ -73,7 +73,7 @@ class PrefetchIterator(ClosesOnExit, Generic[T_co]):
             EpochStats(False) if stats is None else stats,
             Tracking(Position()) if tracking is None else tracking,
             num_workers,
-            resizes,
+            resized,
         )
         self._finalizer = weakref.finalize(self, _shut_down, self._epoch, os.getpid())
         # Before the backend starts anything that reads the source in another thread.

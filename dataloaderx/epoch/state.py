@@ -82,8 +82,7 @@ class EpochState(Generic[T]):
         "inline",
         "policy",
         "position",
-        "resizes",
-        "resizes_seen",
+        "resized",
         "run",
         "slot",
         "stats",
@@ -99,7 +98,7 @@ class EpochState(Generic[T]):
         stats: EpochStats,
         tracking: Tracking,
         num_workers: int,
-        resizes: Callable[[], int] | None = None,
+        resized: Callable[[], bool] | None = None,
     ) -> None:
         source = inner if not tracking.skip else Skipping(inner, tracking.skip)
         self.feed: Feed[T] = Feed(source, release, snapshot=tracking.snapshot)
@@ -116,10 +115,8 @@ class EpochState(Generic[T]):
         prepare = None if self.inline is None else self.inline.prepare
         self.take = _reader(self.feed, prepare, self.position, self.stats)
         self.close: Callable[[], None] = _not_yet
-        #: How many times the workers changed in number so far (an elastic pool), and at
-        #: the latest report to the mode policy.
-        self.resizes = resizes
-        self.resizes_seen = 0 if resizes is None else resizes()
+        #: Whether the workers changed in number since it was asked before (an elastic pool).
+        self.resized = resized
 
     def start(self, close: Callable[[], None], *, helpers: bool) -> None:
         """Begin the epoch (``close`` shuts it down); a producer may start here. ``helpers``:
@@ -206,10 +203,7 @@ class EpochState(Generic[T]):
             run.start(Verdict(run.mode, ENDLESS, math.inf, measure=False), None, ENDLESS)
             return
         cpu = thread_time() - run.cpu if run.measure else 0.0
-        resized = False
-        if self.resizes is not None:
-            seen, self.resizes_seen = self.resizes_seen, self.resizes()
-            resized = seen != self.resizes_seen
+        resized = self.resized is not None and self.resized()
         cycles = run.cycles(
             wait=wait, cpu=cpu, produced=produced, overran=run.left > 0, resized=resized
         )

@@ -80,6 +80,8 @@ class Scaling:
         self._history: list[Resize] = [
             (perf_counter(), bounds.start, "the cores this process may use")
         ]
+        #: The length of the history at the latest :meth:`resized`.
+        self._told = 1
         self._epoch_start = perf_counter()
         self._epoch_workers = bounds.start
         #: Batches still on their way from before a change (not measured), then the window
@@ -110,10 +112,12 @@ class Scaling:
             if workers != self._workers:
                 self._resize(workers, "the count of the epoch resumed", perf_counter())
 
-    def changes(self) -> int:
-        """How many times the worker count changed so far, in the loader's life."""
+    def resized(self) -> bool:
+        """Whether the worker count changed since the call before (or the loader's start):
+        asked at each report to the backend's mode decision, across epochs."""
         with self._lock:
-            return len(self._history) - 1
+            told, self._told = self._told, len(self._history)
+            return told != self._told
 
     def history(self) -> tuple[Resize, ...]:
         """The count at the latest epoch's start, and every change since."""
