@@ -160,15 +160,44 @@ def test_the_prefetch_mode_is_decided_again_after_a_resize(script: Script) -> No
     assert "; measured again once as the workers changed in number" in loader.stats.mode
 
 
+def _hand_out(scaling: scaling_module.Scaling, running: int, batches: int) -> None:
+    """``batches`` batches leave a pool that runs ``running`` workers (and changes nothing)."""
+    for _ in range(batches):
+        scaling.handed_out(running, resizing=running != scaling.workers)
+
+
+def _settled(scaling: scaling_module.Scaling) -> None:
+    """The batches an epoch's start or a change leaves unmeasured are out."""
+    _hand_out(
+        scaling, scaling.workers, 2 * scaling.bounds.max_workers + scaling_module.WINDOW_BATCHES
+    )
+
+
 def test_a_change_is_told_to_the_mode_decision_once_across_epochs() -> None:
     scaling = scaling_module.Scaling(Bounds(1, 8, 2))
     assert scaling.resized() is False  # the count it started with
     scaling.resume_with(3)
     scaling.new_epoch()  # a change told nowhere yet is kept over an epoch's start
+    _settled(scaling)
     assert scaling.resized() is True
     assert scaling.resized() is False
     scaling.idled(0, "ended 3 idle between epochs")
     scaling.new_epoch()  # and the count before the epoch's end comes back: two changes
+    _settled(scaling)
+    assert scaling.resized() is True
+    assert scaling.resized() is False
+
+
+def test_a_change_is_told_once_the_pool_runs_it_and_the_batches_from_before_are_out() -> None:
+    scaling = scaling_module.Scaling(Bounds(1, 8, 2))
+    scaling.new_epoch()
+    _settled(scaling)
+    scaling.resume_with(6)
+    _hand_out(scaling, 2, 40)  # actors starting: the pool still runs 2
+    assert scaling.resized() is False
+    _hand_out(scaling, 6, 2 * 6 - 1)  # the batches asked for before it runs 6
+    assert scaling.resized() is False
+    _hand_out(scaling, 6, 1)
     assert scaling.resized() is True
     assert scaling.resized() is False
 

@@ -113,9 +113,13 @@ class Scaling:
                 self._resize(workers, "the count of the epoch resumed", perf_counter())
 
     def resized(self) -> bool:
-        """Whether the worker count changed since the call before (or the loader's start):
-        asked at each report to the backend's mode decision, across epochs."""
+        """Whether the worker count changed since the call before (or the loader's start),
+        told once the pool runs it and the batches on their way from before are out (what
+        either mode costs is measured on the new count): asked at each report to the
+        backend's mode decision, across epochs."""
         with self._lock:
+            if self._counting is None:
+                return False
             told, self._told = self._told, len(self._history)
             return told != self._told
 
