@@ -595,3 +595,35 @@ def test_a_change_of_the_workers_at_an_epochs_first_batch_is_not_lost() -> None:
     # The pool changed between the epochs: told with the report of the first batch.
     probing = decision.observe(Cycles(INLINE, 0, resized=True))
     assert (decision.phase, probing.mode, decision.resizes) == (Phase.PROBE, PREFETCH, 1)
+
+
+#: A loop after a change of the workers: both modes alike ...
+ALIKE = Workload(step=2 * MS, produce=0.05 * MS, parallel=1.0)
+
+
+def _inline_faster() -> Loop:
+    """... or inline clearly faster."""
+    return GilConvoy(serial=6 * MS, short=8 * MS, long=8 * MS)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "decided", "reason"),
+    [
+        (PREFETCH, lambda: ALIKE, PREFETCH, "prefetching went on, inline no faster: "),
+        (PREFETCH, _inline_faster, INLINE, "prefetching did not pay: "),
+        (INLINE, lambda: ALIKE, INLINE, "prefetching did not pay: "),
+    ],
+)
+def test_a_change_of_the_workers_flips_the_mode_only_where_the_other_wins(
+    before: Mode, after: Callable[[], Loop], decided: Mode, reason: str
+) -> None:
+    decision = ModeDecision()
+    first = Workload(step=15 * MS, produce=15 * MS) if before == PREFETCH else ALIKE
+    run(decision, lambda _: first, 60)
+    assert decision.mode == before
+    decision.observe(Cycles(before, 1, (2 * MS,), resized=True))
+    loop = after()
+    modes = run(decision, lambda _: loop, 120)
+    assert decision.reason.startswith(reason), decision.reason
+    assert decision.resizes == 1
+    assert modes[-40:] == [decided] * 40

@@ -615,6 +615,14 @@ def test_scaling_measures_windows_after_the_batches_on_their_way(
         batch(0.1, 0.0)
     assert len(seen) == 2
     assert [workers for _, workers, _ in scaling.history()] == [2, 4]
+    # Told to the backend's mode decision, which measures both modes now: not measured.
+    assert scaling.resized() is True
+    for _ in range(scaling_module.MODE_PROBE_BATCHES):
+        batch(0.1, 0.1)
+    for _ in range(scaling_module.WINDOW_BATCHES):
+        batch(0.1, 0.0)
+    assert len(seen) == 3
+    assert (seen[2].batches, seen[2].wait_seconds) == (scaling_module.WINDOW_BATCHES, 0.0)
     # A pool that runs fewer than asked, and is no longer resizing, had no room for more.
     assert scaling.handed_out(3, resizing=False) == 3
     assert scaling.history()[-1][1:] == (3, "ran 3: no room for more")

@@ -130,7 +130,7 @@ class ModeDecision:
         if cycles.resized:
             # Both modes were measured, or watched, on other workers: measure them again.
             self.resizes += 1
-            self._state = Probe()
+            self._state = Probe(prefetching=self.mode == PREFETCH)
         elif not first and cycles.mode == self.verdict().mode:
             state = self._state
             if isinstance(state, Probe):
@@ -178,7 +178,7 @@ class ModeDecision:
                     f"at least {_ms(bound)} one after the other",
                 )
                 return
-        self._state = Compare(Phase.COMPARE, prefetch=seconds)
+        self._state = Compare(Phase.COMPARE, prefetch=seconds, prefetching=state.prefetching)
 
     def _compared(self, state: Compare, seconds: Sequence[float]) -> None:
         inline = state.inline
@@ -192,7 +192,8 @@ class ModeDecision:
         if not enough(inline, INLINE_PROBE if clear else INLINE_PROBE_MORE):
             return
         prefetch = state.prefetch
-        pays = prefetch < (1 - max(TIE_MARGIN, spread(inline))) * median
+        margin = 1 - max(TIE_MARGIN, spread(inline))
+        pays = prefetch < margin * median
         figures = f"{_ms(prefetch)} per batch with a producer thread, {_ms(median)} made inline"
         if state.phase is Phase.CONFIRM:
             if pays:  # confirmed: prefetching goes on, as decided
@@ -208,6 +209,9 @@ class ModeDecision:
                 f"prefetching paid: {_ms(prefetch)} per batch, {_ms(median)} made inline",
                 settle=True,
             )
+        elif state.prefetching and not median < margin * prefetch:
+            # Measured alike: a change of the workers does not flip the mode on noise.
+            self._decide(PREFETCH, f"prefetching went on, inline no faster: {figures}")
         else:
             self._decide(INLINE, f"prefetching did not pay: {figures}")
 

@@ -63,6 +63,8 @@ class Probe:
     phase: ClassVar[Phase] = Phase.PROBE
     #: In a re-check of an inline decision: the median inline cycle that drifted.
     drifted_inline: float | None = None
+    #: After a change of the workers, from prefetching: it goes on unless inline wins.
+    prefetching: bool = False
     seconds: list[float] = field(default_factory=list)
     #: Sums over the cycles: the loop's wait inside ``next()``, and its CPU time.
     wait: float = 0.0
@@ -79,6 +81,8 @@ class Compare:
     #: CONFIRM: the drift reference to keep once prefetching is confirmed.
     reference: float | None = None
     inline: list[float] = field(default_factory=list)
+    #: COMPARE after a change of the workers, from prefetching: see ``Probe``.
+    prefetching: bool = False
 
 
 @dataclass

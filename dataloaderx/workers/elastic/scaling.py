@@ -18,6 +18,10 @@ __all__ = ["GIL_TURNS", "WINDOW_BATCHES", "WINDOW_SECONDS", "Resize", "Scaling"]
 #: worker: enough that one batch more or less moves its rate by a few percent at most.
 WINDOW_SECONDS: Final = 0.5
 WINDOW_BATCHES: Final = 16
+#: Batches the backend's mode decision takes to measure both modes again once told of a
+#: change (prefetched 8-16, inline 2-8, then those made ahead handed out): not measured,
+#: so that a window sees the mode decided, not the decision's trials.
+MODE_PROBE_BATCHES: Final = 32
 #: Two worker threads or more whose batches kept this many cores busy in a window (from,
 #: up to), while the cores idled (:func:`~dataloaderx.util.idle.took_turns`), took turns on
 #: one core with another free: more would wait their turn too.
@@ -121,7 +125,12 @@ class Scaling:
             if self._counting is None:
                 return False
             told, self._told = self._told, len(self._history)
-            return told != self._told
+            if told == self._told:
+                return False
+            # The decision measures both modes now: the next window is measured after.
+            self._counting = None
+            self._settle = MODE_PROBE_BATCHES
+            return True
 
     def history(self) -> tuple[Resize, ...]:
         """The count at the latest epoch's start, and every change since."""
