@@ -209,7 +209,7 @@ class ModeDecision:
                 f"prefetching paid: {_ms(prefetch)} per batch, {_ms(median)} made inline",
                 settle=True,
             )
-        elif state.prefetching and not median < margin * prefetch:
+        elif state.prefetching and median >= margin * prefetch:
             # Measured alike: a change of the workers does not flip the mode on noise.
             self._decide(PREFETCH, f"prefetching went on, inline no faster: {figures}")
         else:

@@ -128,8 +128,7 @@ class Scaling:
             if told == self._told:
                 return False
             # The decision measures both modes now: the next window is measured after.
-            self._counting = None
-            self._settle = MODE_PROBE_BATCHES
+            self._hold(MODE_PROBE_BATCHES)
             return True
 
     def history(self) -> tuple[Resize, ...]:
@@ -164,8 +163,7 @@ class Scaling:
             if self._history[-1][1] != self._workers:  # workers ended between epochs
                 self._history.append((now, self._workers, "the count before the epoch's end"))
             self._epoch_workers = self._workers
-            self._restart(self._workers)
-            self._settle += WINDOW_BATCHES
+            self._hold(2 * self._workers + WINDOW_BATCHES)
 
     def idled(self, workers: int, reason: str) -> None:
         """Between epochs, the pool came to run ``workers`` for ``reason``; the next epoch
@@ -189,7 +187,7 @@ class Scaling:
             if running != self._workers:
                 if not resizing:
                     return self._resize(running, f"ran {running}: no room for more", now)
-                self._restart(max(running, self._workers))
+                self._hold(2 * max(running, self._workers))
                 return None
             if self._settle:
                 self._settle -= 1
@@ -215,10 +213,11 @@ class Scaling:
     def _resize(self, workers: int, reason: str, now: float) -> int:
         before, self._workers = self._workers, workers
         self._history.append((now, workers, reason))
-        self._restart(max(before, workers))
+        self._hold(2 * max(before, workers))
         return workers
 
-    def _restart(self, workers: int) -> None:
-        """Measure again once the batches on their way to ``workers`` workers are out."""
-        self._settle = 2 * workers
+    def _hold(self, batches: int) -> None:
+        """Measure again once the next ``batches`` batches are out (after a change, those on
+        their way: two per worker)."""
+        self._settle = batches
         self._counting = None
