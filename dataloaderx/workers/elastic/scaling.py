@@ -12,12 +12,15 @@ from dataloaderx.util.idle import idle_seconds, took_turns
 from dataloaderx.workers.elastic.bounds import Bounds
 from dataloaderx.workers.elastic.policy import ScalePolicy, Window
 
-__all__ = ["GIL_TURNS", "WINDOW_BATCHES", "WINDOW_SECONDS", "Resize", "Scaling"]
+__all__ = ["GIL_TURNS", "ON_THEIR_WAY", "WINDOW_BATCHES", "WINDOW_SECONDS", "Resize", "Scaling"]
 
 #: A window lasts at least this long, and holds at least this many batches and two per
 #: worker: enough that one batch more or less moves its rate by a few percent at most.
 WINDOW_SECONDS: Final = 0.5
 WINDOW_BATCHES: Final = 16
+#: Batches on their way per worker when the count changes or an epoch starts (the tasks the
+#: loader keeps out per worker, ``prefetch_factor``: 2 by default): not measured.
+ON_THEIR_WAY: Final = 2
 #: Batches the backend's mode decision takes to measure both modes again once told of a
 #: change (prefetched 8-16, inline 2-8, then those made ahead handed out): not measured,
 #: so that a window sees the mode decided, not the decision's trials.
@@ -163,7 +166,7 @@ class Scaling:
             if self._history[-1][1] != self._workers:  # workers ended between epochs
                 self._history.append((now, self._workers, "the count before the epoch's end"))
             self._epoch_workers = self._workers
-            self._hold(2 * self._workers + WINDOW_BATCHES)
+            self._hold(ON_THEIR_WAY * self._workers + WINDOW_BATCHES)
 
     def idled(self, workers: int, reason: str) -> None:
         """Between epochs, the pool came to run ``workers`` for ``reason``; the next epoch
@@ -187,7 +190,7 @@ class Scaling:
             if running != self._workers:
                 if not resizing:
                     return self._resize(running, f"ran {running}: no room for more", now)
-                self._hold(2 * max(running, self._workers))
+                self._hold(ON_THEIR_WAY * max(running, self._workers))
                 return None
             if self._settle:
                 self._settle -= 1
@@ -213,11 +216,11 @@ class Scaling:
     def _resize(self, workers: int, reason: str, now: float) -> int:
         before, self._workers = self._workers, workers
         self._history.append((now, workers, reason))
-        self._hold(2 * max(before, workers))
+        self._hold(ON_THEIR_WAY * max(before, workers))
         return workers
 
     def _hold(self, batches: int) -> None:
         """Measure again once the next ``batches`` batches are out (after a change, those on
-        their way: two per worker)."""
+        their way: :data:`ON_THEIR_WAY` per worker)."""
         self._settle = batches
         self._counting = None
