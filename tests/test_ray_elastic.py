@@ -257,8 +257,8 @@ def test_a_read_ahead_ends_the_idle_actors_while_the_loop_takes_the_rest(script:
         if len(batches) == 10:
             assert wait_for(lambda: not our_actors()), our_actors()
             state = ahead.state_dict()
+    assert wait_for(lambda: _ended(ahead)), ahead.stats
     assert ahead.stats is not None
-    assert _ended(ahead)
     assert ahead.stats.workers[-1][1] == 0
     whole = torch.cat(batches)
     assert_same(whole[:, :3], _threads(200)[0])
